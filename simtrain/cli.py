@@ -1,0 +1,173 @@
+"""Command line: `simtrain run | check | list`.
+
+Errors from any pipeline stage are printed as `<file>: <key.path>: <problem>; <fix>` lines without
+a traceback, and the process exits with code 2. Output files are written atomically (temporary
+file + rename), so an interrupted run leaves no half-written file behind.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+
+import yaml
+
+from simtrain import __version__
+from simtrain.errors import SimtrainError
+from simtrain.units import fmt_bytes, fmt_time
+
+
+def _load(args):
+    from simtrain.loading import load_scenario
+    return load_scenario(args.scenario, args.set or ())
+
+
+def _summary(r: dict, wall: float) -> str:
+    b = r["breakdown"]
+    lines = [
+        f"simtrain {__version__} — {r['scenario']}: {r['num_devices']} x {r['device']} ({r['precision']}), "
+        f"{r['num_microbatches']} microbatches per step",
+        "",
+        f"  step time          {fmt_time(r['step_time_s'])}",
+        f"  tokens/s           {r['tokens_per_s']:,.0f}",
+        f"  MFU                {100 * r['mfu']:.1f} %   (HFU {100 * r['hfu']:.1f} %, incl. recompute)",
+        f"  model FLOPs/step   {r['model_flops_per_step']:.3e}",
+        f"  pipeline bubble    {100 * r['bubble_fraction']:.1f} % of device time",
+        f"  peak memory        {fmt_bytes(r['peak_memory_bytes'])} of {fmt_bytes(r['memory_capacity_bytes'])}"
+        + ("" if r["fits_in_memory"] else f"  DOES NOT FIT: {fmt_bytes(r['memory_shortfall_bytes'])} short"),
+        "",
+        f"  where the step goes (rank {b['rank']}, stage {b['stage']}, the busiest):",
+        f"    compute          {fmt_time(b['compute_s']):>10}  {100 * b['compute_s'] / r['step_time_s']:5.1f} %",
+        f"    bubble           {fmt_time(b['bubble_s']):>10}  {100 * b['bubble_s'] / r['step_time_s']:5.1f} %",
+    ]
+    for k, v in b["exposed_comm_s"].items():
+        lines.append(f"    exposed {k} comm  {fmt_time(v):>10}  {100 * v / r['step_time_s']:5.1f} %")
+    lines += ["", "  memory per stage (GiB):  weights  grads  optim  activ  buffers  total  in-flight"]
+    for m in r["memory"]:
+        g = 2.0**30
+        lines.append(f"    stage {m['stage']:<3}             {m['weights'] / g:7.2f} {m['gradients'] / g:6.2f} {m['optimizer'] / g:6.2f} "
+                     f"{m['activations'] / g:6.2f} {m['communication_buffers'] / g:8.2f} {m['total'] / g:6.2f}  {m['inflight_microbatches_peak']:>5}")
+    if r["coverage"]:
+        lines += ["", "  coverage notes (costs not backed by a direct measurement):"]
+        lines += [f"    - {c}" for c in r["coverage"]]
+    lines += ["", f"  simulated {r['simulated_classes']} rank classes, {r['simulated_ops']:,} ops in {wall:.2f} s wall"]
+    return "\n".join(lines)
+
+
+def cmd_run(args) -> int:
+    from simtrain.results import chrome_trace, timeline_png, to_json, write_atomic
+    from simtrain.simulate import simulate
+    sc, topo = _load(args)
+    run = simulate(sc, topo)
+    r = run.result
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / "result.json", to_json(r).encode())
+        write_atomic(out / "scenario.resolved.yaml", yaml.safe_dump(sc.resolved(), sort_keys=False).encode())
+        write_atomic(out / "trace.json", json.dumps(chrome_trace(run.ops, run.timeline, run.classes, topo)).encode())
+        timeline_png(run.ops, run.timeline, run.classes, out / "timeline.png", f"{sc.name}: step {fmt_time(r['step_time_s'])}")
+        write_atomic(out / "run_info.json", to_json({
+            "simtrain_version": __version__, "python": platform.python_version(),
+            "sim_wall_s": run.wall_s, "scenario_file": str(args.scenario), "overrides": list(args.set or ()),
+        }).encode())
+    if args.json:
+        d = dict(r)
+        d["sim_wall_s"] = run.wall_s
+        sys.stdout.write(json.dumps(d) + "\n")
+    else:
+        print(_summary(r, run.wall_s))
+        if args.out:
+            print(f"\n  wrote {args.out}/: result.json scenario.resolved.yaml trace.json timeline.png run_info.json")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from simtrain.simulate import comm_buffers, static_memory
+    from simtrain.workload import build_workload, _Builder
+    from simtrain.devices import get_device
+    from simtrain.schedules import build_schedule
+    sc, topo = _load(args)
+    p = sc.parallel
+    build_schedule(p.schedule, p.pp, sc.num_microbatches)
+    work = build_workload(sc)
+    dev = get_device(sc.cluster.device)
+    lp = _Builder(sc).layer_params()
+    print(f"{args.scenario}: ok")
+    print(f"  model {sc.model.name} ({sc.model.architecture}), {sc.world_size} ranks = tp {p.tp} x cp {p.cp} x dp {p.dp} x pp {p.pp}, "
+          f"{sc.num_microbatches} microbatches, schedule {p.schedule}")
+    print(f"  topology {topo.name}: {topo.nodes} nodes x {topo.devices_per_node} {topo.device_label}s")
+    print("  static memory per rank (weights + gradients + optimizer + buffers, before activations):")
+    worst = 0.0
+    for w in work:
+        st = static_memory(sc, w)
+        tot = sum(st.values()) + comm_buffers(sc, lp)
+        worst = max(worst, tot)
+        print(f"    stage {w.stage}: {w.num_layers} layers, {fmt_bytes(tot)}")
+    if worst > dev.memory_bytes:
+        print(f"  warning: static memory alone exceeds the {fmt_bytes(dev.memory_bytes)} of {dev.key}")
+    return 0
+
+
+def cmd_list(args) -> int:
+    what = args.what
+    if what == "devices":
+        from simtrain.devices import describe, preset_names
+        for k in preset_names():
+            print(describe(k))
+    elif what == "topologies":
+        from simtrain.topology import shipped_topologies
+        for f in shipped_topologies():
+            d = yaml.safe_load(f.read_text())
+            print(f"{f.stem:14s} {d.get('kind')}, {d.get('devices_per_node')} per node — {d.get('source', '')}")
+    elif what == "schedules":
+        from simtrain.schedules import SCHEDULES, SOURCES
+        for k in SCHEDULES:
+            print(f"{k:14s} {SOURCES[k]}")
+    elif what == "collectives":
+        from simtrain.collectives import ALGORITHMS
+        for k, v in ALGORITHMS.items():
+            print(f"{k:14s} {v}")
+    elif what == "models":
+        from simtrain.loading import model_presets
+        for k, v in model_presets().items():
+            print(f"{k:14s} {v['source']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="simtrain", description="Discrete-event simulator of large-model training clusters.")
+    ap.add_argument("--version", action="version", version=f"simtrain {__version__}")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="simulate one training step")
+    r.add_argument("scenario")
+    r.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a scenario value (repeatable)")
+    r.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    r.add_argument("--out", metavar="DIR", help="write result.json, scenario.resolved.yaml, trace.json, timeline.png")
+    r.set_defaults(fn=cmd_run)
+    c = sub.add_parser("check", help="validate a scenario without simulating")
+    c.add_argument("scenario")
+    c.add_argument("--set", action="append", metavar="KEY.PATH=VALUE")
+    c.set_defaults(fn=cmd_check)
+    lst = sub.add_parser("list", help="list shipped devices, topologies, schedules, collectives, models")
+    lst.add_argument("what", choices=("devices", "topologies", "schedules", "collectives", "models"))
+    lst.set_defaults(fn=cmd_list)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except SimtrainError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; files already written are complete, nothing half-written was left", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

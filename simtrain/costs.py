@@ -1,0 +1,80 @@
+"""Compute cost models (the engine's compute seam): operator -> duration on a device.
+
+`ComputeCostModel` is the protocol; `CalibratedRoofline` is the default implementation:
+  gemm       max(flops / (peak[dtype] x gemm_eff(m,n,k)), bytes / (hbm_bw x mem_eff))
+  attention  flops / (peak x flash_eff(seq))        (FlashAttention-2 measured fwd+bwd curve)
+  memory     bytes / (hbm_bw x mem_eff)             (STREAM copy / datasheet bandwidth)
+Efficiencies come from the device preset's measured curves (simtrain/data/devices.yaml). Every
+lookup that falls outside measured coverage, or rests on a curve borrowed from another device or
+another precision, is recorded in `coverage` and reported with the result.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from simtrain.devices import Device, gemm_class
+from simtrain.workload import Op
+
+
+class ComputeCostModel(Protocol):
+    coverage: set
+
+    def duration(self, op: Op) -> float: ...
+
+
+class CalibratedRoofline:
+    def __init__(self, device: Device, precision: str):
+        self.dev = device
+        self.precision = precision
+        self.matmul_dtype = precision
+        self.vector_dtype = "bf16" if "bf16" in device.peak_flop_per_s else "fp16"
+        self.coverage: set = set()
+        self._cache: dict = {}
+        cls = gemm_class(precision)
+        if cls not in device.gemm:
+            # e.g. fp8 requested on a device whose fp8 GEMMs were never measured
+            self.coverage.add(f"{device.key}: no {precision} GEMM measurement; using the 16-bit curve relative to the {precision} peak")
+        for c in device.gemm.values():
+            if c.origin != device.key:
+                self.coverage.add(f"{device.key}: {('fp8' if c is device.gemm.get('fp8') else '16-bit')} GEMM efficiency borrowed from {c.origin} measurements")
+        if device.mem_origin != device.key:
+            self.coverage.add(f"{device.key}: memory-bound efficiency borrowed from {device.mem_origin} measurements")
+        if device.flash is not None and device.flash.origin != device.key:
+            self.coverage.add(f"{device.key}: FlashAttention efficiency borrowed from {device.flash.origin} measurements")
+        if device.confidence == "low":
+            self.coverage.add(f"{device.key}: preset peak numbers are low-confidence third-party estimates")
+
+    def duration(self, op: Op) -> float:
+        d = self._cache.get(op)
+        if d is None:
+            d = self._cache[op] = self._duration(op)
+        return d
+
+    def _mem_time(self, nbytes: float) -> float:
+        return nbytes / (self.dev.memory_bw * self.dev.mem_efficiency)
+
+    def _duration(self, op: Op) -> float:
+        dev = self.dev
+        if op.kind == "memory":
+            return self._mem_time(op.bytes)
+        if op.kind == "gemm":
+            m, n, k = op.shape
+            curve = dev.gemm.get(gemm_class(self.matmul_dtype), dev.gemm["16bit"])
+            size = (max(m, 1.0) * max(n, 1.0) * max(k, 1.0)) ** (1.0 / 3.0)
+            eff, inside = curve.at(size)
+            if not inside:
+                lo, hi = curve.points[0][0], curve.points[-1][0]
+                self.coverage.add(f"{dev.key}: GEMM sizes outside the measured {lo:.0f}..{hi:.0f} sweep "
+                                  f"(e.g. {op.name} {int(m)}x{int(n)}x{int(k)}); nearest measured efficiency used")
+            peak = dev.peak(self.matmul_dtype if self.matmul_dtype in dev.peak_flop_per_s else self.vector_dtype)
+            return max(op.flops / (peak * eff), self._mem_time(op.bytes))
+        if op.kind == "attention":
+            seq = op.shape[0]
+            if dev.flash is None:
+                raise ValueError(f"{dev.key} has no FlashAttention curve")
+            eff, inside = dev.flash.at(seq)
+            if not inside:
+                lo, hi = dev.flash.points[0][0], dev.flash.points[-1][0]
+                self.coverage.add(f"{dev.key}: FlashAttention at seq {seq} outside the measured {lo:.0f}..{hi:.0f}; nearest value used")
+            return op.flops / (dev.peak(self.vector_dtype) * eff)
+        raise ValueError(f"unknown op kind {op.kind}")

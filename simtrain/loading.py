@@ -1,0 +1,284 @@
+"""Loading (spec stage): scenario YAML (+ presets, HF config.json, --set overrides) -> frozen Scenario.
+
+Every problem of a file is collected and reported together as `<file>: <key.path>: <problem>; <fix>`.
+Plan checks that need no simulation (divisibility, world size against the topology, device
+precision support) run here too, so nothing reaches the engine that cannot run.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from simtrain import devices
+from simtrain.errors import Collector, ConfigError
+from simtrain.spec import ClusterSpec, ModelSpec, NetworkSpec, ParallelSpec, Scenario, TrainingSpec
+from simtrain.topology import Topology, find_topology_file, load_topology, parse_value, validate_map
+
+DATA = Path(__file__).parent / "data"
+
+MODEL_KEYS = {
+    "architecture": (("gpt", "llama"), True, None),
+    "num_layers": ("posint", True, None),
+    "hidden_size": ("posint", True, None),
+    "num_attention_heads": ("posint", True, None),
+    "num_key_value_heads": ("posint", False, None),
+    "ffn_hidden_size": ("posint", False, None),
+    "vocab_size": ("posint", True, None),
+    "seq_length": ("posint", True, None),
+    "tie_embeddings": ("bool", False, False),
+    "make_vocab_size_divisible_by": ("posint", False, 128),
+}
+
+TRAINING = {
+    "micro_batch_size": ("posint", True, None),
+    "global_batch_size": ("posint", True, None),
+    "precision": (("fp16", "bf16", "fp8"), False, "bf16"),
+    "recompute": (("none", "selective", "full"), False, "none"),
+    "flash_attention": ("bool", False, True),
+}
+
+PARALLEL = {
+    "tp": ("posint", False, 1),
+    "pp": ("posint", False, 1),
+    "dp": ("posint", False, 1),
+    "cp": ("posint", False, 1),
+    "sequence_parallel": ("bool", False, False),
+    "zero_stage": ((0, 1, 2, 3), False, 0),
+    "schedule": ("str", False, "1f1b"),
+    "overlap_grad_reduce": ("bool", False, True),
+    "overlap_param_gather": ("bool", False, False),
+    "bucket_size_params": ("posint", False, 40_000_000),
+    "layers_per_stage": ("any", False, None),
+}
+
+CLUSTER = {
+    "device": ("str", True, None),
+    "topology": ("str", True, None),
+    "nodes": ("posint", True, None),
+}
+
+NETWORK = {
+    "backend": (("analytical",), False, "analytical"),
+    "all_reduce": (("auto", "ring", "hierarchical"), False, "auto"),
+}
+
+TOP = {"name", "seed", "model", "training", "parallel", "cluster", "network"}
+
+
+@lru_cache(maxsize=None)
+def model_presets() -> dict:
+    with open(DATA / "models.yaml") as f:
+        return yaml.safe_load(f)
+
+
+def apply_overrides(raw: dict, overrides, errs: Collector) -> dict:
+    """`--set a.b.c=value`: value parsed as YAML, so `8`, `true`, `"300 GB/s"` and `[7, 8]` all work."""
+    raw = copy.deepcopy(raw)
+    for ov in overrides or ():
+        if "=" not in ov:
+            errs.add(f"--set {ov}", "expected key.path=value", "write e.g. `--set parallel.tp=4`")
+            continue
+        key, val = ov.split("=", 1)
+        parts = key.strip().split(".")
+        node = raw
+        for p in parts[:-1]:
+            if not isinstance(node.get(p), dict):
+                node[p] = {}
+            node = node[p]
+        try:
+            node[parts[-1]] = yaml.safe_load(val)
+        except yaml.YAMLError:
+            node[parts[-1]] = val
+    return raw
+
+
+def _model_from_hf(path: Path, errs: Collector) -> dict:
+    herr = Collector(str(path))
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        errs.add("model.hf_config", f"cannot read {path} as JSON ({e})", "point it at a Hugging Face config.json")
+        return {}
+    for moe in ("num_local_experts", "n_routed_experts", "num_experts", "moe_intermediate_size"):
+        if moe in cfg:
+            herr.add(moe, "mixture-of-experts configs are not simulated by this version", "use a dense model config")
+            errs.extend(herr)
+            return {}
+    mt = cfg.get("model_type", "")
+    if mt in ("gpt2", "gpt_bigcode", "openai-gpt"):
+        h = cfg.get("n_embd", cfg.get("hidden_size"))
+        out = {"architecture": "gpt", "num_layers": cfg.get("n_layer", cfg.get("num_hidden_layers")), "hidden_size": h,
+               "num_attention_heads": cfg.get("n_head", cfg.get("num_attention_heads")),
+               "ffn_hidden_size": cfg.get("n_inner") or (4 * h if isinstance(h, int) else None),
+               "vocab_size": cfg.get("vocab_size"), "seq_length": cfg.get("n_positions", cfg.get("max_position_embeddings")),
+               "tie_embeddings": bool(cfg.get("tie_word_embeddings", True))}
+    else:
+        out = {"architecture": "llama", "num_layers": cfg.get("num_hidden_layers"), "hidden_size": cfg.get("hidden_size"),
+               "num_attention_heads": cfg.get("num_attention_heads"),
+               "num_key_value_heads": cfg.get("num_key_value_heads", cfg.get("num_attention_heads")),
+               "ffn_hidden_size": cfg.get("intermediate_size"), "vocab_size": cfg.get("vocab_size"),
+               "seq_length": cfg.get("max_position_embeddings"),
+               "tie_embeddings": bool(cfg.get("tie_word_embeddings", False))}
+    for k, v in list(out.items()):
+        if v is None:
+            herr.add(k, "field missing from config.json", "add it to the config or give it under `model:` in the scenario")
+            del out[k]
+    errs.extend(herr)
+    return out
+
+
+def _resolve_model(raw, base_dir: Path, errs: Collector) -> dict | None:
+    if not isinstance(raw, dict):
+        errs.add("model", "expected a mapping", "give `preset:`, `hf_config:` or the model fields")
+        return None
+    raw = dict(raw)
+    merged = {}
+    name = None
+    if "preset" in raw:
+        preset = raw.pop("preset")
+        presets = model_presets()
+        if preset not in presets:
+            errs.add("model.preset", f"unknown preset {preset!r}", f"use one of: {', '.join(presets)}")
+            return None
+        merged.update({k: v for k, v in presets[preset].items() if k != "source"})
+        name = preset
+    if "hf_config" in raw:
+        ref = raw.pop("hf_config")
+        p = Path(str(ref))
+        cand = [base_dir / p, Path.cwd() / p]
+        found = next((c for c in cand if c.is_file()), None)
+        if found is None:
+            errs.add("model.hf_config", f"file {ref!r} not found (looked beside the scenario and in the current directory)",
+                     "give a path to a config.json")
+            return None
+        merged.update(_model_from_hf(found, errs))
+        name = name or found.parent.name or "hf-model"
+    merged.update(raw)                      # inline keys override preset / config values
+    if "name" in merged:
+        name = merged.pop("name")
+    if "num_key_value_heads" not in merged and "num_attention_heads" in merged:
+        merged["num_key_value_heads"] = merged["num_attention_heads"]
+    if "ffn_hidden_size" not in merged and merged.get("architecture") == "gpt" and isinstance(merged.get("hidden_size"), int):
+        merged["ffn_hidden_size"] = 4 * merged["hidden_size"]
+    v = validate_map(merged, MODEL_KEYS, "model", errs)
+    if merged.get("architecture") == "llama" and "ffn_hidden_size" not in merged:
+        errs.add("model.ffn_hidden_size", "missing (llama models have no default FFN size)", "add `ffn_hidden_size:`")
+    v["name"] = name or "custom"
+    return v
+
+
+def load_scenario(path, overrides=()) -> tuple[Scenario, Topology]:
+    path = Path(path)
+    errs = Collector(str(path))
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as e:
+        errs.add("", f"cannot read the file ({e.strerror})", "check the path")
+        errs.raise_if_any()
+    except yaml.YAMLError as e:
+        errs.add("", f"not valid YAML ({str(e).splitlines()[0]})", "fix the YAML syntax")
+        errs.raise_if_any()
+    if not isinstance(raw, dict):
+        errs.add("", "a scenario must be a mapping", "start with `name:`, `model:`, `training:`, `parallel:`, `cluster:`")
+        errs.raise_if_any()
+    raw = apply_overrides(raw, overrides, errs)
+    return build_scenario(raw, path, errs)
+
+
+def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, Topology]:
+    import difflib
+    for k in raw:
+        if k not in TOP:
+            close = difflib.get_close_matches(str(k), sorted(TOP), n=1)
+            errs.add(str(k), "unknown key", f"did you mean `{close[0]}`?" if close else f"allowed: {', '.join(sorted(TOP))}")
+    for k in ("name", "model", "training", "parallel", "cluster"):
+        if k not in raw:
+            errs.add(k, "missing required section", f"add `{k}:`")
+    base = path.parent
+    model = _resolve_model(raw.get("model"), base, errs) if "model" in raw else None
+    training = validate_map(raw.get("training", {}), TRAINING, "training", errs) if "training" in raw else None
+    parallel = validate_map(raw.get("parallel", {}), PARALLEL, "parallel", errs)
+    cluster = validate_map(raw.get("cluster", {}), CLUSTER, "cluster", errs) if "cluster" in raw else None
+    network = validate_map(raw.get("network", {}) or {}, NETWORK, "network", errs)
+    seed = parse_value(raw.get("seed", 0), "int", "seed", errs)
+    name = raw.get("name")
+    if name is not None and not isinstance(name, str):
+        errs.add("name", "expected text", "write e.g. `name: my-run`")
+
+    topo = None
+    if cluster and cluster.get("device") is not None and cluster["device"] not in devices.preset_names():
+        errs.add("cluster.device", f"unknown device {cluster['device']!r}", f"use one of: {', '.join(devices.preset_names())}")
+    if cluster and cluster.get("topology"):
+        tfile = find_topology_file(cluster["topology"], base)
+        if tfile is None:
+            errs.add("cluster.topology", f"topology file {cluster['topology']!r} not found (looked beside the scenario, in the current directory and in the shipped topologies/)",
+                     "give a path to a topology YAML or a shipped name (simtrain list topologies)")
+        elif cluster.get("nodes"):
+            try:
+                topo = load_topology(tfile, cluster["nodes"])
+            except ConfigError as e:
+                errs.problems.extend(e.problems)
+            cluster["topology"] = str(tfile)
+    _check_plan(model, training, parallel, cluster, topo, errs)
+    errs.raise_if_any()
+
+    lps = parallel.pop("layers_per_stage")
+    sc = Scenario(
+        name=name, model=ModelSpec(**model), training=TrainingSpec(**training),
+        parallel=ParallelSpec(**parallel, layers_per_stage=tuple(lps) if lps is not None else None),
+        cluster=ClusterSpec(device=cluster["device"], topology_file=cluster["topology"], nodes=cluster["nodes"]),
+        network=NetworkSpec(**network), seed=seed, source_file=str(path),
+    )
+    return sc, topo
+
+
+def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> None:
+    from simtrain.schedules import SCHEDULES
+    p = parallel
+    if p.get("schedule") is not None and p["schedule"] not in SCHEDULES:
+        errs.add("parallel.schedule", f"unknown schedule {p['schedule']!r}", f"use one of: {', '.join(SCHEDULES)}")
+    if p.get("cp") not in (None, 1):
+        errs.add("parallel.cp", "context parallelism (cp > 1) is not simulated by this version", "set `cp: 1`")
+    if model and all(model.get(k) is not None for k in ("num_attention_heads", "hidden_size", "num_layers", "num_key_value_heads")):
+        a, h, L, g = model["num_attention_heads"], model["hidden_size"], model["num_layers"], model["num_key_value_heads"]
+        if h % a:
+            errs.add("model.hidden_size", f"{h} is not divisible by num_attention_heads {a}", "pick a head count that divides the hidden size")
+        if a % g:
+            errs.add("model.num_key_value_heads", f"{g} does not divide num_attention_heads {a}", "use a divisor of the head count")
+        tp, pp = p.get("tp"), p.get("pp")
+        if tp and a % tp:
+            errs.add("parallel.tp", f"tp={tp} does not divide num_attention_heads={a}", f"use a tp that divides {a}")
+        elif tp and g % tp and tp % g:
+            errs.add("parallel.tp", f"tp={tp} and num_key_value_heads={g}: one must divide the other", "pick tp dividing the KV heads")
+        lps = p.get("layers_per_stage")
+        if lps is not None:
+            if not (isinstance(lps, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in lps)):
+                errs.add("parallel.layers_per_stage", "expected a list of whole numbers >= 1", "write e.g. `[7, 8, 8, 7]`")
+            elif pp and len(lps) != pp:
+                errs.add("parallel.layers_per_stage", f"has {len(lps)} entries for pp={pp}", f"give exactly {pp} layer counts")
+            elif sum(lps) != L:
+                errs.add("parallel.layers_per_stage", f"sums to {sum(lps)}, the model has {L} layers", f"make the counts add up to {L}")
+        elif pp and L % pp:
+            errs.add("parallel.pp", f"pp={pp} does not divide num_layers={L}", f"use a pp that divides {L}, or give parallel.layers_per_stage")
+        if p.get("sequence_parallel") and tp and model.get("seq_length") and model["seq_length"] % tp:
+            errs.add("parallel.sequence_parallel", f"seq_length {model['seq_length']} is not divisible by tp={tp}", "use a tp dividing the sequence length or turn sequence_parallel off")
+    if training and None not in (training.get("global_batch_size"), training.get("micro_batch_size"), p.get("dp")):
+        gb, mb, dp = training["global_batch_size"], training["micro_batch_size"], p["dp"]
+        if gb % (mb * dp):
+            errs.add("training.global_batch_size", f"{gb} is not divisible by micro_batch_size x dp = {mb} x {dp} = {mb * dp}",
+                     f"use a multiple of {mb * dp}, e.g. {max(1, gb // (mb * dp)) * mb * dp}")
+    if topo is not None and None not in (p.get("tp"), p.get("pp"), p.get("dp"), p.get("cp")):
+        world = p["tp"] * p["pp"] * p["dp"] * p["cp"]
+        if world != topo.num_devices:
+            errs.add("parallel", f"tp x pp x dp x cp = {p['tp']} x {p['pp']} x {p['dp']} x {p['cp']} = {world}, but the cluster has "
+                     f"{cluster['nodes']} nodes x {topo.devices_per_node} = {topo.num_devices} devices",
+                     f"set cluster.nodes to {world / topo.devices_per_node:g} or change the plan")
+    if cluster and training and cluster.get("device") in devices.preset_names():
+        dev = devices.get_device(cluster["device"])
+        prec = training.get("precision")
+        if prec and prec not in dev.peak_flop_per_s:
+            errs.add("training.precision", f"{cluster['device']} has no {prec} peak in its preset", f"use one of: {', '.join(k for k in dev.peak_flop_per_s if k in ('fp16', 'bf16', 'fp8'))}")

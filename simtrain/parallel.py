@@ -1,0 +1,160 @@
+"""Parallel plan (third pipeline stage): rank grid, process groups, placement, equivalence classes.
+
+Rank order is Megatron's `tp-cp-ep-dp-pp`, first varying fastest (ep = 1 in this version):
+    rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * stage))
+Worked example (tp 2, cp 1, dp 2, pp 2): rank 5 = 1 + 2*(0 + 1*(0 + 2*1)) -> tp_rank 1, dp_rank 0,
+stage 1; its tp group is {4, 5}, its dp group {5, 7}, its pp group {1, 5}.
+Placement maps rank r onto device r of the topology (devices numbered node by node), so a tp
+group of 8 fills one 8-device node.
+
+Equivalence classes: ranks whose stage, group shapes and peers' classes are identical run
+identical programs and are simulated once with a multiplicity. The partition is computed by
+refinement (start from a local signature, split by the classes of group members and pipeline
+neighbours until stable), so anything that makes ranks differ splits exactly the classes it touches.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from simtrain.topology import Topology
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """What a collective's cost depends on: size, nodes spanned, ranks per node, leaves spanned."""
+    size: int
+    nodes: int
+    per_node: int          # largest number of members on one node
+    uniform: bool          # every spanned node holds the same number of members
+    leaves: int
+
+    @property
+    def spans_nodes(self) -> bool:
+        return self.nodes > 1
+
+
+@dataclass(frozen=True)
+class RankClass:
+    id: int
+    stage: int
+    ranks: tuple           # member ranks (sorted); ranks[0] is the representative
+    tp_shape: GroupShape
+    dp_shape: GroupShape
+    tp_peers: tuple        # sorted class ids present in the tp group
+    dp_peers: tuple
+    pp_prev: int | None    # class id of the previous stage's rank in the same pp group
+    pp_next: int | None
+    link_prev: str | None  # link class to the previous stage's rank
+    link_next: str | None
+
+    @property
+    def multiplicity(self) -> int:
+        return len(self.ranks)
+
+
+class RankGrid:
+    def __init__(self, tp: int, cp: int, dp: int, pp: int):
+        self.tp, self.cp, self.dp, self.pp = tp, cp, dp, pp
+        self.world = tp * cp * dp * pp
+
+    def coords(self, rank: int) -> dict:
+        tp_rank = rank % self.tp
+        r = rank // self.tp
+        cp_rank = r % self.cp
+        r //= self.cp
+        dp_rank = r % self.dp
+        stage = r // self.dp
+        return {"tp_rank": tp_rank, "cp_rank": cp_rank, "dp_rank": dp_rank, "stage": stage}
+
+    def rank(self, tp_rank: int, cp_rank: int, dp_rank: int, stage: int) -> int:
+        return tp_rank + self.tp * (cp_rank + self.cp * (dp_rank + self.dp * stage))
+
+    def groups(self, kind: str) -> list[tuple]:
+        """All groups of one kind, each a tuple of ranks, ordered by rank."""
+        out = []
+        dims = {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp}
+        for base in range(self.world):
+            c = self.coords(base)
+            key = {"tp": "tp_rank", "cp": "cp_rank", "dp": "dp_rank", "pp": "stage"}[kind]
+            if c[key] != 0:
+                continue
+            members = []
+            for i in range(dims[kind]):
+                cc = dict(c)
+                cc[key] = i
+                members.append(self.rank(cc["tp_rank"], cc["cp_rank"], cc["dp_rank"], cc["stage"]))
+            out.append(tuple(members))
+        return out
+
+    def group_index(self, kind: str) -> list[int]:
+        """For each rank, the index of its group of this kind in `groups(kind)`."""
+        idx = [0] * self.world
+        for gi, g in enumerate(self.groups(kind)):
+            for r in g:
+                idx[r] = gi
+        return idx
+
+
+def group_shape(devs, topo: Topology) -> GroupShape:
+    per_node = Counter(topo.node_of(d) for d in devs)
+    leaves = {topo.leaf_of(d) for d in devs}
+    counts = set(per_node.values())
+    return GroupShape(len(devs), len(per_node), max(counts), len(counts) == 1, len(leaves))
+
+
+def placement(grid: RankGrid, topo: Topology) -> list[int]:
+    """Rank -> device index (rank order onto devices in order)."""
+    return list(range(grid.world))
+
+
+def equivalence_classes(grid: RankGrid, topo: Topology, place=None) -> list[RankClass]:
+    place = place or placement(grid, topo)
+    tp_groups, dp_groups, pp_groups = grid.groups("tp"), grid.groups("dp"), grid.groups("pp")
+    tp_of, dp_of = grid.group_index("tp"), grid.group_index("dp")
+    tp_shapes = [group_shape([place[r] for r in g], topo) for g in tp_groups]
+    dp_shapes = [group_shape([place[r] for r in g], topo) for g in dp_groups]
+    stage = [grid.coords(r)["stage"] for r in range(grid.world)]
+    prev = [None] * grid.world
+    nxt = [None] * grid.world
+    for g in pp_groups:
+        for a, b in zip(g, g[1:]):
+            nxt[a], prev[b] = b, a
+    link_prev = [topo.link_class_name(place[prev[r]], place[r]) if prev[r] is not None else None for r in range(grid.world)]
+    link_next = [topo.link_class_name(place[r], place[nxt[r]]) if nxt[r] is not None else None for r in range(grid.world)]
+
+    sig = [(stage[r], tp_shapes[tp_of[r]], dp_shapes[dp_of[r]], link_prev[r], link_next[r]) for r in range(grid.world)]
+    cls = _ids(sig)
+    while True:
+        tp_ms = [tuple(sorted(Counter(cls[r] for r in g).items())) for g in tp_groups]
+        dp_ms = [tuple(sorted(Counter(cls[r] for r in g).items())) for g in dp_groups]
+        sig2 = [(cls[r], tp_ms[tp_of[r]], dp_ms[dp_of[r]],
+                 cls[prev[r]] if prev[r] is not None else -1, cls[nxt[r]] if nxt[r] is not None else -1)
+                for r in range(grid.world)]
+        new = _ids(sig2)
+        if max(new) == max(cls):
+            break
+        cls = new
+    members: dict = {}
+    for r, c in enumerate(cls):
+        members.setdefault(c, []).append(r)
+    out = []
+    for c in sorted(members, key=lambda c: members[c][0]):
+        rs = members[c]
+        r0 = rs[0]
+        out.append(RankClass(
+            id=c, stage=stage[r0], ranks=tuple(rs),
+            tp_shape=tp_shapes[tp_of[r0]], dp_shape=dp_shapes[dp_of[r0]],
+            tp_peers=tuple(sorted({cls[r] for r in tp_groups[tp_of[r0]]})),
+            dp_peers=tuple(sorted({cls[r] for r in dp_groups[dp_of[r0]]})),
+            pp_prev=cls[prev[r0]] if prev[r0] is not None else None,
+            pp_next=cls[nxt[r0]] if nxt[r0] is not None else None,
+            link_prev=link_prev[r0], link_next=link_next[r0],
+        ))
+    return out
+
+
+def _ids(sigs) -> list[int]:
+    """Dense ids numbered by first appearance (deterministic)."""
+    table: dict = {}
+    return [table.setdefault(s, len(table)) for s in sigs]

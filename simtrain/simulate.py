@@ -1,0 +1,151 @@
+"""The whole pipeline for one training step: Scenario -> StepResult dict.
+
+    workload = build_workload(scenario)                 per-stage operator templates
+    classes  = equivalence_classes(grid, topology)      ranks that behave identically, once each
+    schedule = build_schedule(name, pp, microbatches)   per-stage actions, validated
+    ops      = Lowering(...).lower()                    per-class programs on streams
+    timeline = engine.run(ops)                          SimPy
+    result   = summarize(...)                           attribution, memory, MFU
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from simtrain import engine
+from simtrain.costs import CalibratedRoofline
+from simtrain.devices import get_device
+from simtrain.parallel import RankGrid, equivalence_classes
+from simtrain.program import Lowering
+from simtrain.results import attribute, KINDS
+from simtrain.schedules import build_schedule
+from simtrain.spec import Scenario
+from simtrain.topology import Topology
+from simtrain.workload import ACT_BYTES, build_workload, hardware_flops_per_step, model_flops_per_step
+
+
+@dataclass
+class StepRun:
+    """Everything a step simulation produced: the result dict plus what the exporters need."""
+    result: dict
+    ops: list
+    timeline: object
+    classes: list
+    topology: Topology
+    wall_s: float
+
+
+def static_memory(sc: Scenario, w) -> dict:
+    """Per-rank bytes of weights, gradients and optimizer state (Megatron distributed-optimizer table,
+    Megatron-LM docs/source/api-guide/dist_optimizer.md: bf16 params with fp32 grads = 2 + 4 + 12
+    bytes per parameter, fp16 = 2 + 2 + 16; ZeRO-1 shards the optimizer over dp, ZeRO-2 also the
+    gradients, ZeRO-3 also the weights)."""
+    p = sc.parallel
+    fp16 = sc.training.precision == "fp16"
+    wb, gb, ob = 2.0, (2.0 if fp16 else 4.0), (16.0 if fp16 else 12.0)
+    dp = p.dp
+    z = p.zero_stage
+    return {
+        "weights": w.params * wb / (dp if z >= 3 else 1),
+        "gradients": w.params * gb / (dp if z >= 2 else 1),
+        "optimizer": w.params * ob / (dp if z >= 1 else 1),
+    }
+
+
+def comm_buffers(sc: Scenario, layer_params: float) -> float:
+    """Estimate: pipeline send + receive buffers (2 activation messages), one tensor-parallel
+    collective buffer, and under ZeRO-3 two gathered layers (current + prefetched)."""
+    p, t = sc.parallel, sc.training
+    tokens = t.micro_batch_size * sc.model.seq_length
+    msg = ACT_BYTES * tokens * sc.model.hidden_size
+    out = 0.0
+    if p.pp > 1:
+        out += 2 * msg / (p.tp if p.sequence_parallel and p.tp > 1 else 1)
+    if p.tp > 1:
+        out += msg
+    if p.zero_stage == 3 and p.dp > 1:
+        out += 2 * ACT_BYTES * layer_params
+    return out
+
+
+def simulate(sc: Scenario, topo: Topology) -> StepRun:
+    t0 = time.perf_counter()
+    p = sc.parallel
+    dev = get_device(sc.cluster.device)
+    work = build_workload(sc)
+    grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
+    classes = equivalence_classes(grid, topo)
+    m = sc.num_microbatches
+    sched = build_schedule(p.schedule, p.pp, m)
+    costs = CalibratedRoofline(dev, sc.training.precision)
+    low = Lowering(sc, topo, work, classes, sched, costs)
+    ops = low.lower()
+    tl = engine.run(ops, [c.id for c in classes])
+    attr = attribute(ops, tl, classes)
+    step = tl.step_time
+
+    mflops = model_flops_per_step(sc, work)
+    hflops = hardware_flops_per_step(sc, work)
+    peak = dev.peak(sc.training.precision)
+    world = sc.world_size
+    tokens = sc.training.global_batch_size * sc.model.seq_length
+
+    from simtrain.workload import _Builder
+    layer_params = _Builder(sc).layer_params()
+    stages = []
+    memory = []
+    peak_mem = 0.0
+    for c in classes:
+        a = attr[c.id]
+        stages.append({
+            "class": c.id, "stage": c.stage, "ranks": c.multiplicity, "representative_rank": c.ranks[0],
+            "compute_s": a["compute_s"], "bubble_s": a["bubble_s"],
+            "exposed_comm_s": {k: a["exposed"][k] for k in KINDS},
+        })
+    seen_stage = {}
+    for c in classes:
+        w = work[c.stage]
+        st = static_memory(sc, w)
+        act = tl.mem_peak[c.id]
+        buf = comm_buffers(sc, layer_params)
+        total = st["weights"] + st["gradients"] + st["optimizer"] + act + buf
+        entry = {"stage": c.stage, "weights": st["weights"], "gradients": st["gradients"], "optimizer": st["optimizer"],
+                 "activations": act, "communication_buffers": buf, "total": total,
+                 "inflight_microbatches_peak": tl.inflight_peak[c.id]}
+        if c.stage not in seen_stage or total > seen_stage[c.stage]["total"]:
+            seen_stage[c.stage] = entry
+        peak_mem = max(peak_mem, total)
+    memory = [seen_stage[s] for s in sorted(seen_stage)]
+    cap = dev.memory_bytes
+    crit = max(classes, key=lambda c: (attr[c.id]["compute_s"], -c.id))
+    ca = attr[crit.id]
+    bubble_frac = sum(attr[c.id]["bubble_s"] * c.multiplicity for c in classes) / (step * world) if step > 0 else 0.0
+    result = {
+        "scenario": sc.name,
+        "step_time_s": step,
+        "tokens_per_s": tokens / step if step > 0 else 0.0,
+        "mfu": mflops / (step * world * peak) if step > 0 else 0.0,
+        "hfu": hflops / (step * world * peak) if step > 0 else 0.0,
+        "model_flops_per_step": mflops,
+        "hardware_flops_per_step": hflops,
+        "bubble_fraction": bubble_frac,
+        "peak_memory_bytes": peak_mem,
+        "memory_capacity_bytes": cap,
+        "fits_in_memory": peak_mem <= cap,
+        "memory_shortfall_bytes": max(0.0, peak_mem - cap),
+        "num_devices": world,
+        "num_microbatches": m,
+        "device": dev.key,
+        "precision": sc.training.precision,
+        "breakdown": {
+            "rank": crit.ranks[0], "stage": crit.stage,
+            "compute_s": ca["compute_s"], "bubble_s": ca["bubble_s"],
+            "exposed_comm_s": {k: ca["exposed"][k] for k in KINDS},
+        },
+        "stages": stages,
+        "memory": memory,
+        "simulated_classes": len(classes),
+        "simulated_ops": len(ops),
+        "coverage": sorted(costs.coverage),
+    }
+    return StepRun(result, ops, tl, classes, topo, time.perf_counter() - t0)

@@ -1,0 +1,97 @@
+"""Frozen input specifications (first stage of the pipeline: spec -> workload -> plan -> ...).
+
+Everything here is in SI units and already validated by `simtrain.loading`; later stages never
+re-check user input. Closed families are plain string choices validated at load time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, asdict
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    architecture: str              # gpt | llama
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    ffn_hidden_size: int
+    vocab_size: int
+    seq_length: int
+    tie_embeddings: bool = False
+    make_vocab_size_divisible_by: int = 128
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    micro_batch_size: int
+    global_batch_size: int
+    precision: str = "bf16"        # fp16 | bf16 | fp8
+    recompute: str = "none"        # none | selective | full
+    flash_attention: bool = True
+
+
+@dataclass(frozen=True)
+class ParallelSpec:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    sequence_parallel: bool = False
+    zero_stage: int = 0
+    schedule: str = "1f1b"
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = False
+    bucket_size_params: int = 40_000_000
+    layers_per_stage: Optional[tuple] = None
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    device: str
+    topology_file: str
+    nodes: int
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    backend: str = "analytical"
+    all_reduce: str = "auto"       # auto | ring | hierarchical
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    model: ModelSpec
+    training: TrainingSpec
+    parallel: ParallelSpec
+    cluster: ClusterSpec
+    network: NetworkSpec = field(default_factory=NetworkSpec)
+    seed: int = 0
+    source_file: str = "<scenario>"
+
+    @property
+    def world_size(self) -> int:
+        p = self.parallel
+        return p.tp * p.pp * p.dp * p.cp
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.training.global_batch_size // (self.training.micro_batch_size * self.parallel.dp)
+
+    def resolved(self) -> dict:
+        """The scenario with every default filled in, in the YAML layout (units in SI)."""
+        d = asdict(self)
+        d.pop("source_file")
+        d["cluster"]["topology"] = d["cluster"].pop("topology_file")
+        if d["parallel"]["layers_per_stage"] is not None:
+            d["parallel"]["layers_per_stage"] = list(d["parallel"]["layers_per_stage"])
+        else:
+            d["parallel"].pop("layers_per_stage")
+        return d

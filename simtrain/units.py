@@ -1,0 +1,89 @@
+"""Unit parsing: YAML strings with units -> SI floats (seconds, bytes, bytes/s, FLOP/s).
+
+Conventions (DESIGN.md): GB = 1e9 B, GiB = 2**30 B, b = bit, B = byte. A bare number where a
+unit is needed is an error that shows the spelled form, e.g. `"300 GB/s"`.
+
+Worked example: "200 Gb/s" -> 200e9 bits/s / 8 = 25e9 B/s; "80 GiB" -> 80 * 2**30 = 85_899_345_920 B.
+"""
+from __future__ import annotations
+
+import re
+
+_PREFIX = {
+    "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50,
+}
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
+_NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+
+EXAMPLES = {
+    "bandwidth": '"300 GB/s" or "200 Gb/s"',
+    "time": '"5 us" or "1.5 ms"',
+    "bytes": '"80 GiB" or "40 GB"',
+    "flops": '"312 TFLOP/s"',
+}
+
+
+class UnitError(ValueError):
+    pass
+
+
+def _split(text: str):
+    m = re.fullmatch(r"\s*" + _NUM + r"\s*([A-Za-zµ/]+)\s*", text)
+    if not m:
+        raise UnitError(f"cannot read {text!r} as a number with a unit")
+    return float(m.group(1)), m.group(2)
+
+
+def _need_str(value, kind):
+    if isinstance(value, bool) or not isinstance(value, str):
+        raise UnitError(f"{value!r} has no unit; write it as a string with a unit, e.g. {EXAMPLES[kind]}")
+    return value
+
+
+def parse_bytes(value) -> float:
+    num, unit = _split(_need_str(value, "bytes"))
+    m = re.fullmatch(r"(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P|)(B|b)", unit)
+    if not m:
+        raise UnitError(f"unknown size unit {unit!r}; use B, KB, MB, GB, TB, KiB, MiB, GiB (b = bit)")
+    scale = _PREFIX[m.group(1)] * (1.0 if m.group(2) == "B" else 0.125)
+    return num * scale
+
+
+def parse_bandwidth(value) -> float:
+    num, unit = _split(_need_str(value, "bandwidth"))
+    m = re.fullmatch(r"(Ki|Mi|Gi|Ti|k|K|M|G|T|)(B|b)(?:/s|ps)", unit)
+    if not m:
+        raise UnitError(f"unknown bandwidth unit {unit!r}; use e.g. GB/s (bytes) or Gb/s (bits)")
+    scale = _PREFIX[m.group(1)] * (1.0 if m.group(2) == "B" else 0.125)
+    return num * scale
+
+
+def parse_time(value) -> float:
+    num, unit = _split(_need_str(value, "time"))
+    if unit not in _TIME:
+        raise UnitError(f"unknown time unit {unit!r}; use s, ms, us or ns")
+    return num * _TIME[unit]
+
+
+def parse_flops(value) -> float:
+    num, unit = _split(_need_str(value, "flops"))
+    m = re.fullmatch(r"(k|K|M|G|T|P|)FLOP/s", unit)
+    if not m:
+        raise UnitError(f"unknown throughput unit {unit!r}; use e.g. TFLOP/s")
+    return num * _PREFIX[m.group(1)]
+
+
+PARSERS = {"bandwidth": parse_bandwidth, "time": parse_time, "bytes": parse_bytes, "flops": parse_flops}
+
+
+def fmt_time(t: float) -> str:
+    if t >= 1:
+        return f"{t:.3f} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.2f} ms"
+    return f"{t * 1e6:.1f} us"
+
+
+def fmt_bytes(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
