@@ -21,6 +21,22 @@ class ComputeCostModel(Protocol):
 
     def duration(self, op: Op) -> float: ...
 
+    def _note_outside(self, what: str, curve, size: float) -> None:
+        key = (what, curve.points[0][0], curve.points[-1][0])
+        rec = self._outside.setdefault(key, [size, size, 0])
+        rec[0], rec[1], rec[2] = min(rec[0], size), max(rec[1], size), rec[2] + 1
+
+    @property
+    def coverage(self) -> set:
+        """Notes on every cost not backed by a direct measurement (for the result)."""
+        out = set(self.notes)
+        for (what, lo, hi), (mn, mx, n) in self._outside.items():
+            out.add(f"{self.dev.key}: {what} {lo:.0f}..{hi:.0f}: {n} operator shapes with sizes {mn:.0f}..{mx:.0f}; "
+                    "the nearest measured efficiency was used")
+        return out
+
+    def memory_time(self, nbytes: float) -> float: ...
+
 
 class CalibratedRoofline:
     def __init__(self, device: Device, precision: str):
@@ -28,21 +44,22 @@ class CalibratedRoofline:
         self.precision = precision
         self.matmul_dtype = precision
         self.vector_dtype = "bf16" if "bf16" in device.peak_flop_per_s else "fp16"
-        self.coverage: set = set()
+        self.notes: set = set()
+        self._outside: dict = {}      # (what, lo, hi) -> [min size, max size, count]
         self._cache: dict = {}
         cls = gemm_class(precision)
         if cls not in device.gemm:
             # e.g. fp8 requested on a device whose fp8 GEMMs were never measured
-            self.coverage.add(f"{device.key}: no {precision} GEMM measurement; using the 16-bit curve relative to the {precision} peak")
+            self.notes.add(f"{device.key}: no {precision} GEMM measurement; using the 16-bit curve relative to the {precision} peak")
         for c in device.gemm.values():
             if c.origin != device.key:
-                self.coverage.add(f"{device.key}: {('fp8' if c is device.gemm.get('fp8') else '16-bit')} GEMM efficiency borrowed from {c.origin} measurements")
+                self.notes.add(f"{device.key}: {('fp8' if c is device.gemm.get('fp8') else '16-bit')} GEMM efficiency borrowed from {c.origin} measurements")
         if device.mem_origin != device.key:
-            self.coverage.add(f"{device.key}: memory-bound efficiency borrowed from {device.mem_origin} measurements")
+            self.notes.add(f"{device.key}: memory-bound efficiency borrowed from {device.mem_origin} measurements")
         if device.flash is not None and device.flash.origin != device.key:
-            self.coverage.add(f"{device.key}: FlashAttention efficiency borrowed from {device.flash.origin} measurements")
+            self.notes.add(f"{device.key}: FlashAttention efficiency borrowed from {device.flash.origin} measurements")
         if device.confidence == "low":
-            self.coverage.add(f"{device.key}: preset peak numbers are low-confidence third-party estimates")
+            self.notes.add(f"{device.key}: preset peak numbers are low-confidence third-party estimates")
 
     def duration(self, op: Op) -> float:
         d = self._cache.get(op)
@@ -50,31 +67,42 @@ class CalibratedRoofline:
             d = self._cache[op] = self._duration(op)
         return d
 
-    def _mem_time(self, nbytes: float) -> float:
+    def _note_outside(self, what: str, curve, size: float) -> None:
+        key = (what, curve.points[0][0], curve.points[-1][0])
+        rec = self._outside.setdefault(key, [size, size, 0])
+        rec[0], rec[1], rec[2] = min(rec[0], size), max(rec[1], size), rec[2] + 1
+
+    @property
+    def coverage(self) -> set:
+        """Notes on every cost not backed by a direct measurement (for the result)."""
+        out = set(self.notes)
+        for (what, lo, hi), (mn, mx, n) in self._outside.items():
+            out.add(f"{self.dev.key}: {what} {lo:.0f}..{hi:.0f}: {n} operator shapes with sizes {mn:.0f}..{mx:.0f}; "
+                    "the nearest measured efficiency was used")
+        return out
+
+    def memory_time(self, nbytes: float) -> float:
         return nbytes / (self.dev.memory_bw * self.dev.mem_efficiency)
 
     def _duration(self, op: Op) -> float:
         dev = self.dev
         if op.kind == "memory":
-            return self._mem_time(op.bytes)
+            return self.memory_time(op.bytes)
         if op.kind == "gemm":
             m, n, k = op.shape
             curve = dev.gemm.get(gemm_class(self.matmul_dtype), dev.gemm["16bit"])
             size = (max(m, 1.0) * max(n, 1.0) * max(k, 1.0)) ** (1.0 / 3.0)
             eff, inside = curve.at(size)
             if not inside:
-                lo, hi = curve.points[0][0], curve.points[-1][0]
-                self.coverage.add(f"{dev.key}: GEMM sizes outside the measured {lo:.0f}..{hi:.0f} sweep "
-                                  f"(e.g. {op.name} {int(m)}x{int(n)}x{int(k)}); nearest measured efficiency used")
+                self._note_outside(f"GEMM size (cube root of m·n·k) outside the measured {curve.origin} sweep", curve, size)
             peak = dev.peak(self.matmul_dtype if self.matmul_dtype in dev.peak_flop_per_s else self.vector_dtype)
-            return max(op.flops / (peak * eff), self._mem_time(op.bytes))
+            return max(op.flops / (peak * eff), self.memory_time(op.bytes))
         if op.kind == "attention":
             seq = op.shape[0]
             if dev.flash is None:
                 raise ValueError(f"{dev.key} has no FlashAttention curve")
             eff, inside = dev.flash.at(seq)
             if not inside:
-                lo, hi = dev.flash.points[0][0], dev.flash.points[-1][0]
-                self.coverage.add(f"{dev.key}: FlashAttention at seq {seq} outside the measured {lo:.0f}..{hi:.0f}; nearest value used")
+                self._note_outside(f"FlashAttention sequence length outside the measured {dev.flash.origin} sweep", dev.flash, seq)
             return op.flops / (dev.peak(self.vector_dtype) * eff)
         raise ValueError(f"unknown op kind {op.kind}")

@@ -250,7 +250,7 @@ class Lowering:
         # optimizer step over the local (possibly sharded) parameters
         local = stage_params / (p.dp if zero >= 1 else 1)
         opt = self._new(c, stream="compute", kind="compute", category="opt",
-                        duration=self.costs._mem_time(OPT_BYTES_PER_PARAM * local), label="optimizer_step",
+                        duration=self.costs.memory_time(OPT_BYTES_PER_PARAM * local), label="optimizer_step",
                         deps=list(grad_ops))
         if zero in (1, 2) and dp_on and not p.overlap_param_gather:
             seqs["dp"] = seqs.get("dp", 0) + 1

@@ -68,7 +68,8 @@ def comm_buffers(sc: Scenario, layer_params: float) -> float:
     return out
 
 
-def simulate(sc: Scenario, topo: Topology) -> StepRun:
+def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
+    """`costs` replaces the calibrated compute cost model (any ComputeCostModel)."""
     t0 = time.perf_counter()
     p = sc.parallel
     dev = get_device(sc.cluster.device)
@@ -77,7 +78,7 @@ def simulate(sc: Scenario, topo: Topology) -> StepRun:
     classes = equivalence_classes(grid, topo)
     m = sc.num_microbatches
     sched = build_schedule(p.schedule, p.pp, m)
-    costs = CalibratedRoofline(dev, sc.training.precision)
+    costs = costs or CalibratedRoofline(dev, sc.training.precision)
     low = Lowering(sc, topo, work, classes, sched, costs)
     ops = low.lower()
     tl = engine.run(ops, [c.id for c in classes])

@@ -254,7 +254,7 @@ class _Builder:
         elif recompute == "selective":
             scores = 0.0
         else:
-            scores = (5 if drop else 2) * a * s * s / t
+            scores = (5 if drop else 2) * a * s / t           # s·b·5·a·s = 5·a·s²·b bytes (Korthikanti)
         return s * b * (seq + tpr + scores)
 
     def act_pre(self) -> float:

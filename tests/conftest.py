@@ -1,0 +1,57 @@
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "data"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture
+def fast_topology(tmp_path):
+    """A fabric with zero latency and enormous bandwidth: communication is (numerically) free."""
+    return write(tmp_path / "free.yaml", """
+        name: free
+        kind: two_tier
+        devices_per_node: 4
+        scale_up: {bandwidth: "1000000000 GB/s", latency: "0 us"}
+        scale_out: {nics_per_node: 4, nic_bandwidth: "1000000000 GB/s", latency: "0 us"}
+    """)
+
+
+@pytest.fixture
+def plain_topology(tmp_path):
+    """Round numbers for hand derivations: 100 GB/s / 2 us scale-up, 10 GB/s / 5 us NICs, efficiency 1."""
+    return write(tmp_path / "plain.yaml", """
+        name: plain
+        kind: two_tier
+        devices_per_node: 4
+        scale_up: {bandwidth: "100 GB/s", latency: "2 us"}
+        scale_out: {nics_per_node: 4, nic_bandwidth: "80 Gb/s", latency: "5 us", nodes_per_leaf: 2, oversubscription: 2}
+    """)
+
+
+def small_scenario(tmp_path, topo: Path, **over) -> Path:
+    """A small GPT (h 256, 8 layers, 8 heads, vocab 1024, seq 128) on 1 node of 4 devices."""
+    par = {"tp": 1, "pp": 4, "dp": 1, "schedule": "1f1b"}
+    par.update(over.pop("parallel", {}))
+    tr = {"micro_batch_size": 1, "global_batch_size": 8, "precision": "bf16", "recompute": "none"}
+    tr.update(over.pop("training", {}))
+    nodes = over.pop("nodes", 1)
+    import yaml
+    doc = {
+        "name": "small",
+        "model": {"architecture": "gpt", "num_layers": 8, "hidden_size": 256, "num_attention_heads": 8,
+                  "vocab_size": 1024, "seq_length": 128},
+        "training": tr, "parallel": par,
+        "cluster": {"device": "a100-sxm4-80gb", "topology": str(topo), "nodes": nodes},
+    }
+    doc.update(over)
+    p = tmp_path / "small.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
