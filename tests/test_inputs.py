@@ -1,0 +1,133 @@
+"""Bad input: one clear error per problem, all of a file's problems together, exit code 2, no traceback."""
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from simtrain.cli import main
+from simtrain.errors import ConfigError
+from simtrain.loading import load_scenario
+
+from conftest import ROOT, small_scenario, write
+
+
+def test_all_problems_reported_together(tmp_path, fast_topology, capsys):
+    p = small_scenario(tmp_path, fast_topology, parallel={"tp": 3, "pp": 3, "dp": 1})
+    d = yaml.safe_load(p.read_text())
+    d["training"]["global_batch_size"] = 7
+    d["training"]["micro_batch_size"] = 2
+    d["training"]["precisoin"] = "bf16"
+    d["model"]["seq_length"] = "long"
+    p.write_text(yaml.safe_dump(d))
+    rc = main(["run", str(p)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert all(line.startswith(str(p) + ": ") for line in lines)
+    text = "\n".join(lines)
+    assert "training.precisoin: unknown key; did you mean `precision`?" in text
+    assert "model.seq_length: expected a whole number >= 1" in text
+    assert "parallel.tp: tp=3 does not divide num_attention_heads=8" in text
+    assert "parallel.pp: pp=3 does not divide num_layers=8" in text
+    assert "training.global_batch_size: 7 is not divisible by micro_batch_size x dp = 2 x 1 = 2" in text
+    assert "parallel: tp x pp x dp x cp = 3 x 3 x 1 x 1 = 9, but the cluster has 1 nodes x 4 = 4 devices" in text
+
+
+def test_bare_number_for_a_unit_names_file_key_and_spelled_form(tmp_path):
+    t = write(tmp_path / "t.yaml", """
+        name: t
+        kind: two_tier
+        devices_per_node: 8
+        scale_up: {bandwidth: 300, latency: "3 us"}
+        scale_out: {nics_per_node: 8, nic_bandwidth: "200 Gb/s", latency: "5 us"}
+    """)
+    with pytest.raises(ConfigError) as e:
+        from simtrain.topology import load_topology
+        load_topology(t, 1)
+    msg = str(e.value)
+    assert msg.startswith(f"{t}: scale_up.bandwidth: ")
+    assert '"300 GB/s"' in msg
+
+
+def test_missing_section_and_unknown_device(tmp_path, fast_topology):
+    p = small_scenario(tmp_path, fast_topology)
+    d = yaml.safe_load(p.read_text())
+    del d["training"]
+    d["cluster"]["device"] = "a100"
+    p.write_text(yaml.safe_dump(d))
+    with pytest.raises(ConfigError) as e:
+        load_scenario(p)
+    text = str(e.value)
+    assert "training: missing required section; add `training:`" in text
+    assert "cluster.device: unknown device 'a100'; use one of:" in text
+
+
+def test_cli_exit_code_and_no_traceback_in_subprocess(tmp_path):
+    bad = write(tmp_path / "bad.yaml", "name: x\nmodel: {preset: nope}\n")
+    r = subprocess.run([sys.executable, "-m", "simtrain", "check", str(bad)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert f"{bad}: model.preset: unknown preset 'nope'; use one of:" in r.stderr
+
+
+def test_set_overrides_and_json_contract(tmp_path, fast_topology, capsys):
+    p = small_scenario(tmp_path, fast_topology)
+    rc = main(["run", str(p), "--json", "--set", "parallel.schedule=gpipe", "--set", "training.global_batch_size=16"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    r = json.loads(out)            # exactly one JSON object
+    for k in ("step_time_s", "tokens_per_s", "mfu", "model_flops_per_step", "bubble_fraction", "peak_memory_bytes",
+              "fits_in_memory", "num_devices", "breakdown", "memory", "sim_wall_s"):
+        assert k in r
+    assert set(r["breakdown"]["exposed_comm_s"]) == {"tp", "pp", "dp"}
+    assert set(r["memory"][0]) >= {"weights", "gradients", "optimizer", "activations", "total"}
+    assert r["num_microbatches"] == 16
+
+
+def test_hf_config_with_aliases(tmp_path, fast_topology):
+    cfg = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 8, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "intermediate_size": 704, "vocab_size": 1024, "max_position_embeddings": 128}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    p = small_scenario(tmp_path, fast_topology)
+    d = yaml.safe_load(p.read_text())
+    d["model"] = {"hf_config": "config.json"}
+    p.write_text(yaml.safe_dump(d))
+    sc, _ = load_scenario(p)
+    m = sc.model
+    assert (m.architecture, m.num_layers, m.num_key_value_heads, m.ffn_hidden_size, m.seq_length) == ("llama", 8, 2, 704, 128)
+
+
+def test_hf_moe_config_is_refused_with_the_field_named(tmp_path, fast_topology):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mixtral", "num_local_experts": 8}))
+    p = small_scenario(tmp_path, fast_topology)
+    d = yaml.safe_load(p.read_text())
+    d["model"] = {"hf_config": "config.json"}
+    p.write_text(yaml.safe_dump(d))
+    with pytest.raises(ConfigError, match="config.json: num_local_experts: mixture-of-experts"):
+        load_scenario(p)
+
+
+def test_out_dir_files(tmp_path, fast_topology):
+    p = small_scenario(tmp_path, fast_topology)
+    out = tmp_path / "out"
+    assert main(["run", str(p), "--out", str(out)]) == 0
+    names = sorted(x.name for x in out.iterdir())
+    assert names == ["result.json", "run_info.json", "scenario.resolved.yaml", "timeline.png", "trace.json"]
+    trace = json.loads((out / "trace.json").read_text())
+    phases = {e["ph"] for e in trace["traceEvents"]}
+    assert {"X", "M", "s", "f"} <= phases          # slices, names, and pipeline flow arrows
+    resolved = yaml.safe_load((out / "scenario.resolved.yaml").read_text())
+    assert resolved["parallel"]["zero_stage"] == 0 and resolved["training"]["flash_attention"] is True
+    first = (out / "result.json").read_bytes()
+    assert main(["run", str(p), "--out", str(out)]) == 0
+    assert (out / "result.json").read_bytes() == first
+
+
+def test_list_commands(capsys):
+    for what in ("devices", "topologies", "schedules", "collectives", "models"):
+        assert main(["list", what]) == 0
+    out = capsys.readouterr().out
+    assert "a100-sxm4-80gb" in out and "dgx-a100" in out and "1f1b" in out and "ring" in out and "llama3-405b" in out
