@@ -87,3 +87,28 @@ def test_overlapped_grad_reduce_hides_communication(tmp_path, plain_topology):
         res[ov] = simulate(sc, topo).result
     assert res[True]["breakdown"]["exposed_comm_s"]["dp"] < res[False]["breakdown"]["exposed_comm_s"]["dp"]
     assert res[True]["step_time_s"] < res[False]["step_time_s"]
+
+
+def test_plan_that_does_not_fit_is_simulated_and_says_by_how_much(tmp_path, fast_topology):
+    # a 40 GB A100 cannot hold 175B-class weights on 4 ranks: still simulated, shortfall reported
+    path = small_scenario(tmp_path, fast_topology)
+    import yaml
+    d = yaml.safe_load(path.read_text())
+    d["model"] = {"preset": "gpt3-175b", "num_layers": 8}
+    d["cluster"]["device"] = "a100-sxm4-40gb"
+    path.write_text(yaml.safe_dump(d))
+    sc, topo = load_scenario(path)
+    r = simulate(sc, topo).result
+    assert r["fits_in_memory"] is False
+    assert r["memory_shortfall_bytes"] == pytest.approx(r["peak_memory_bytes"] - 40e9)
+    assert r["step_time_s"] > 0
+
+
+def test_engine_reports_deadlock_with_the_blocked_ops():
+    from simtrain.engine import run
+    from simtrain.errors import DeadlockError
+    from simtrain.program import EOp
+    a = EOp(id=0, cls=0, stream="compute", kind="compute", category="F", duration=1.0, label="F0", deps=[1])
+    b = EOp(id=1, cls=1, stream="compute", kind="compute", category="F", duration=1.0, label="F1", deps=[0])
+    with pytest.raises(DeadlockError, match="F0 waits on F1"):
+        run([a, b], [0, 1])
