@@ -86,7 +86,7 @@ def cmd_run(args) -> int:
 
 def cmd_check(args) -> int:
     from simtrain.simulate import comm_buffers, static_memory
-    from simtrain.workload import build_workload, _Builder
+    from simtrain.workload import build_workload
     from simtrain.devices import get_device
     from simtrain.schedules import build_schedule
     sc, topo = _load(args)
@@ -94,7 +94,7 @@ def cmd_check(args) -> int:
     build_schedule(p.schedule, p.pp, sc.num_microbatches)
     work = build_workload(sc)
     dev = get_device(sc.cluster.device)
-    lp = _Builder(sc).layer_params()
+    lp = work[0].layer_params
     print(f"{args.scenario}: ok")
     print(f"  model {sc.model.name} ({sc.model.architecture}), {sc.world_size} ranks = tp {p.tp} x cp {p.cp} x dp {p.dp} x pp {p.pp}, "
           f"{sc.num_microbatches} microbatches, schedule {p.schedule}")

@@ -133,14 +133,13 @@ class Lowering:
         pp = p.pp
         seqs: dict = {}
         act_mb = w.act_bytes_per_layer * w.num_layers + w.act_bytes_pre + w.act_bytes_post
-        layer_params = (w.params - (0 if w.pre is None else 0)) / max(w.num_layers, 1)
         last_bw = max(i for i, a in enumerate(acts) if a.kind == "BW")
         zero = p.zero_stage
         dp_on = p.dp > 1
         bucket_params = 0.0
         grad_ops: list = []
         dp_grad_coll = "all_reduce" if zero == 0 else "reduce_scatter"
-        layer_p = self._layer_params(w)
+        layer_p = w.layer_params
         stage_params = w.params
         param_gather_ops: dict = {}
 
@@ -153,32 +152,26 @@ class Lowering:
 
         for idx, a in enumerate(acts):
             if a.kind == "F":
-                deps = []
-                if c.stage > 0:
-                    recv_holder = []
-                    deps = recv_holder
-                first = None
-                items = []
-                if w.pre is not None:
-                    items += list(w.pre.forward)
                 start_len = len(self.ops)
                 last = None
                 if w.pre is not None:
                     last = self._run_items(c, w.pre.forward, "F", a.microbatch, [], seqs)
+                ends = []                      # last op of each layer, for ZeRO-3 prefetch depth
                 for l in range(w.num_layers):
                     ldeps = [last.id] if last is not None and last.stream != "compute" else []
                     if a.microbatch == acts[0].microbatch and l in param_gather_ops:
                         ldeps.append(param_gather_ops[l])
                     if zero == 3 and dp_on:
+                        # FSDP prefetches one layer ahead: gather layer l once layer l-2 is done
                         seqs["dp"] = seqs.get("dp", 0) + 1
-                        ag = self.comm_op(c, Comm("dp", "all_gather", ACT_BYTES * layer_p * p.dp, f"fsdp_ag_l{l}"),
-                                          [], a.microbatch, seqs["dp"])
+                        ag = self.comm_op(c, Comm("dp", "all_gather", ACT_BYTES * layer_p, f"fsdp_ag_l{l}"),
+                                          [ends[-2].id] if len(ends) >= 2 else [], a.microbatch, seqs["dp"])
                         ldeps.append(ag.id)
                     last = self._run_items(c, w.layer.forward, "F", a.microbatch, ldeps, seqs)
+                    ends.append(last)
                 if w.post is not None:
                     last = self._run_items(c, w.post.forward, "F", a.microbatch, [], seqs)
-                first_op = self.ops[start_len]
-                first_op.alloc += act_mb
+                self.ops[start_len].alloc += act_mb
                 if c.stage > 0:
                     # first compute op of this forward waits for the activation from the previous stage
                     first_compute = next(o for o in self.ops[start_len:] if o.stream == "compute")
@@ -194,20 +187,22 @@ class Lowering:
                 last = None
                 if w.post is not None:
                     last = self._run_items(c, w.post.backward, "BW", a.microbatch, [], seqs, transient=w.act_working_bytes)
+                ends = []
                 for l in reversed(range(w.num_layers)):
                     ldeps = [last.id] if last is not None and last.stream != "compute" else []
                     if zero == 3 and dp_on:
                         seqs["dp"] = seqs.get("dp", 0) + 1
-                        ag = self.comm_op(c, Comm("dp", "all_gather", ACT_BYTES * layer_p * p.dp, f"fsdp_ag_bwd_l{l}"),
-                                          [], a.microbatch, seqs["dp"])
+                        ag = self.comm_op(c, Comm("dp", "all_gather", ACT_BYTES * layer_p, f"fsdp_ag_bwd_l{l}"),
+                                          [ends[-2].id] if len(ends) >= 2 else [], a.microbatch, seqs["dp"])
                         ldeps.append(ag.id)
                     if w.layer.recompute:
                         last = self._run_items(c, w.layer.recompute, "BW", a.microbatch, ldeps, seqs, transient=w.act_working_bytes)
                         ldeps = [last.id] if last.stream != "compute" else []
                     last = self._run_items(c, w.layer.backward, "BW", a.microbatch, ldeps, seqs, transient=w.act_working_bytes)
+                    ends.append(last)
                     if dp_on and zero == 3:
                         seqs["dp"] = seqs.get("dp", 0) + 1
-                        rs = self.comm_op(c, Comm("dp", "reduce_scatter", self.grad_bytes * layer_p * p.dp, f"fsdp_rs_l{l}"),
+                        rs = self.comm_op(c, Comm("dp", "reduce_scatter", self.grad_bytes * layer_p, f"fsdp_rs_l{l}"),
                                           [last.id], a.microbatch, seqs["dp"])
                         grad_ops.append(rs.id)
                     elif dp_on and final and p.overlap_grad_reduce:
@@ -220,7 +215,6 @@ class Lowering:
                             bucket_params = 0.0
                 if w.pre is not None:
                     last = self._run_items(c, w.pre.backward, "BW", a.microbatch, [], seqs)
-                self.ops[start_len].deps  # noqa: B018 (first op exists)
                 last.free += act_mb
                 if c.stage < pp - 1:
                     first_compute = next(o for o in self.ops[start_len:] if o.stream == "compute")
@@ -255,9 +249,3 @@ class Lowering:
         if zero in (1, 2) and dp_on and not p.overlap_param_gather:
             seqs["dp"] = seqs.get("dp", 0) + 1
             self.comm_op(c, Comm("dp", "all_gather", ACT_BYTES * stage_params, "param_all_gather"), [opt.id], -1, seqs["dp"])
-
-    def _layer_params(self, w: StageWork) -> float:
-        pre = w.params
-        # parameters of one transformer layer (embedding/head excluded)
-        from simtrain.workload import _Builder
-        return _Builder(self.sc).layer_params()

@@ -91,8 +91,7 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
     world = sc.world_size
     tokens = sc.training.global_batch_size * sc.model.seq_length
 
-    from simtrain.workload import _Builder
-    layer_params = _Builder(sc).layer_params()
+    layer_params = work[0].layer_params
     stages = []
     memory = []
     peak_mem = 0.0

@@ -65,6 +65,7 @@ class StageWork:
     pre: LayerProgram | None      # embedding on the first stage
     post: LayerProgram | None     # LM head + loss on the last stage
     params: float                 # parameters held by one rank of this stage (after TP sharding)
+    layer_params: float           # parameters of one transformer layer on one rank
     act_bytes_per_layer: float    # stored per microbatch per layer
     act_bytes_pre: float
     act_bytes_post: float
@@ -301,7 +302,7 @@ def build_workload(sc: Scenario) -> tuple:
         out.append(StageWork(
             stage=s, num_layers=n, layer=layer,
             pre=bld.embedding() if s == 0 else None, post=bld.head() if s == pp - 1 else None,
-            params=params, act_bytes_per_layer=act,
+            params=params, layer_params=lp, act_bytes_per_layer=act,
             act_bytes_pre=bld.act_pre() if s == 0 else 0.0,
             act_bytes_post=bld.act_post() if s == pp - 1 else 0.0,
             act_working_bytes=working,

@@ -112,3 +112,16 @@ def test_engine_reports_deadlock_with_the_blocked_ops():
     b = EOp(id=1, cls=1, stream="compute", kind="compute", category="F", duration=1.0, label="F1", deps=[0])
     with pytest.raises(DeadlockError, match="F0 waits on F1"):
         run([a, b], [0, 1])
+
+
+def test_zero3_moves_the_fsdp_volume(tmp_path, fast_topology):
+    """FSDP without no_sync: per microbatch and layer, gather the 16-bit layer twice (forward and
+    backward) and reduce-scatter its fp32 gradient: m · L · (2 + 2 + 4) · P_layer bytes of buffers."""
+    path = small_scenario(tmp_path, fast_topology, parallel={"tp": 1, "pp": 1, "dp": 4, "zero_stage": 3},
+                          training={"global_batch_size": 8})
+    sc, topo = load_scenario(path)
+    run = simulate(sc, topo)
+    w = build_workload(sc)[0]
+    fsdp = sum(o.bytes for o in run.ops if o.label.split(":")[-1].startswith("fsdp_"))
+    m, L = sc.num_microbatches, 8
+    assert fsdp == pytest.approx(m * L * 8 * w.layer_params)
