@@ -17,23 +17,9 @@ from simtrain.workload import Op
 
 
 class ComputeCostModel(Protocol):
-    coverage: set
+    coverage: set      # notes on costs not backed by a direct measurement
 
     def duration(self, op: Op) -> float: ...
-
-    def _note_outside(self, what: str, curve, size: float) -> None:
-        key = (what, curve.points[0][0], curve.points[-1][0])
-        rec = self._outside.setdefault(key, [size, size, 0])
-        rec[0], rec[1], rec[2] = min(rec[0], size), max(rec[1], size), rec[2] + 1
-
-    @property
-    def coverage(self) -> set:
-        """Notes on every cost not backed by a direct measurement (for the result)."""
-        out = set(self.notes)
-        for (what, lo, hi), (mn, mx, n) in self._outside.items():
-            out.add(f"{self.dev.key}: {what} {lo:.0f}..{hi:.0f}: {n} operator shapes with sizes {mn:.0f}..{mx:.0f}; "
-                    "the nearest measured efficiency was used")
-        return out
 
     def memory_time(self, nbytes: float) -> float: ...
 

@@ -26,7 +26,13 @@ def gemm_class(dtype: str) -> str:
 
 @dataclass(frozen=True)
 class Curve:
-    """Efficiency (measured / peak) against a size, interpolated linearly in log2(size)."""
+    """Efficiency (measured / peak) against a size, interpolated linearly in log2(size).
+
+    GEMM curves are swept over square shapes; the cost model places an (m, n, k) GEMM on them by
+    the cube root of m·n·k (the side of the square GEMM with the same work). Example (A100, fp16):
+    2048³ -> 221.8/312 = 0.711; 2048 x 4608 x 12288 has side 4878, between 4096 (0.731) and 8192
+    (0.813) -> 0.731 + (0.813 - 0.731) · log2(4878/4096) = 0.751.
+    """
     points: tuple        # ((size, efficiency), ...) sorted by size
     origin: str          # device key whose measurement this is
     source: str
@@ -64,18 +70,6 @@ class Device:
 
     def peak(self, dtype: str) -> float:
         return self.peak_flop_per_s[dtype]
-
-    def gemm_efficiency(self, dtype: str, m: float, n: float, k: float) -> tuple[float, bool, Curve]:
-        """Efficiency of an (m, n, k) GEMM, whether it is inside measured coverage, and the curve used.
-
-        The sweeps are over square shapes; a rectangular GEMM is placed on them by the cube root
-        of m*n*k (the side of the square GEMM with the same work). Example (A100, fp16): 2048^3
-        -> 221.8/312 = 0.711; 2048 x 4608 x 12288 has side 4878 -> between 4096 and 8192 -> 0.751.
-        """
-        curve = self.gemm[gemm_class(dtype)]
-        size = (max(m, 1.0) * max(n, 1.0) * max(k, 1.0)) ** (1.0 / 3.0)
-        eff, inside = curve.at(size)
-        return eff, inside, curve
 
 
 def _raw() -> dict:
