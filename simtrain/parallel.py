@@ -87,10 +87,10 @@ class RankGrid:
             out.append(tuple(members))
         return out
 
-    def group_index(self, kind: str) -> list[int]:
-        """For each rank, the index of its group of this kind in `groups(kind)`."""
+    def group_index(self, groups: list) -> list[int]:
+        """For each rank, the index of its group in `groups` (as returned by `groups(kind)`)."""
         idx = [0] * self.world
-        for gi, g in enumerate(self.groups(kind)):
+        for gi, g in enumerate(groups):
             for r in g:
                 idx[r] = gi
         return idx
@@ -111,7 +111,7 @@ def placement(grid: RankGrid, topo: Topology) -> list[int]:
 def equivalence_classes(grid: RankGrid, topo: Topology, place=None) -> list[RankClass]:
     place = place or placement(grid, topo)
     tp_groups, dp_groups, pp_groups = grid.groups("tp"), grid.groups("dp"), grid.groups("pp")
-    tp_of, dp_of = grid.group_index("tp"), grid.group_index("dp")
+    tp_of, dp_of = grid.group_index(tp_groups), grid.group_index(dp_groups)
     tp_shapes = [group_shape([place[r] for r in g], topo) for g in tp_groups]
     dp_shapes = [group_shape([place[r] for r in g], topo) for g in dp_groups]
     stage = [grid.coords(r)["stage"] for r in range(grid.world)]

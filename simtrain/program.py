@@ -15,12 +15,9 @@ from dataclasses import dataclass, field
 
 from simtrain.collectives import collective_time, p2p_time
 from simtrain.parallel import RankClass
-from simtrain.schedules import Action
 from simtrain.spec import Scenario
 from simtrain.topology import Topology
 from simtrain.workload import ACT_BYTES, Comm, StageWork
-
-STREAMS = ("compute", "tp", "dp", "pp")
 
 OPT_BYTES_PER_PARAM = 34.0
 """Adam step with fp32 master weights, memory-bound: read grad, master, m, v (4 x 4 B), write
@@ -46,12 +43,6 @@ class EOp:
     free: float = 0.0         # activation bytes freed when the op ends
     transient: float = 0.0    # bytes held only while the op runs
     bytes: float = 0.0        # communication size (for the trace)
-
-
-@dataclass
-class Program:
-    cls: RankClass
-    ops: list                 # every op of this class, in issue order per stream
 
 
 class Lowering:
@@ -100,7 +91,7 @@ class Lowering:
             op.deps.append(self.send_of[(producer, kind, mb)])
         return self.ops
 
-    def _run_items(self, c, items, category, mb, first_deps, seqs, transient=0.0, layer_hook=None):
+    def _run_items(self, c, items, category, mb, first_deps, seqs, transient=0.0):
         """Emits the items (segments and comms) in order; returns the last op (or None)."""
         last = None
         deps = list(first_deps)
@@ -127,7 +118,7 @@ class Lowering:
         return last
 
     def _lower_class(self, c: RankClass) -> None:
-        sc, p = self.sc, self.sc.parallel
+        p = self.sc.parallel
         w: StageWork = self.work[c.stage]
         acts = self.sched[c.stage]
         pp = p.pp

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 KINDS = ("tp", "pp", "dp")
@@ -101,7 +100,6 @@ def to_json(result: dict) -> str:
 
 def chrome_trace(ops: list, tl, classes: list, topo) -> dict:
     tids = {"compute": 0, "tp": 1, "dp": 2, "pp": 3}
-    cls_by_id = {c.id: c for c in classes}
     ev = []
     for c in classes:
         r0 = c.ranks[0]

@@ -18,7 +18,7 @@ node3.gpu5 -> node40.gpu5 (another leaf): min(25 GB/s NIC, 25/1 uplink) = 25 GB/
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 

@@ -336,11 +336,11 @@ def hardware_flops_per_step(sc: Scenario, work: tuple) -> float:
         for it in w.layer.recompute:
             ops = (it,) if isinstance(it, Op) else (it if isinstance(it, tuple) else ())
             for o in ops:
-                extra += _fwd_model_flops_of(o, w) * w.num_layers
+                extra += _fwd_model_flops_of(o) * w.num_layers
     return model_flops_per_step(sc, work) + extra * sc.parallel.tp * sc.training.global_batch_size / sc.training.micro_batch_size
 
 
-def _fwd_model_flops_of(o: Op, w: StageWork) -> float:
+def _fwd_model_flops_of(o: Op) -> float:
     if o.kind == "memory":
         return 0.0
     if o.kind == "attention":
