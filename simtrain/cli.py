@@ -91,8 +91,8 @@ def cmd_check(args) -> int:
     from simtrain.schedules import build_schedule
     sc, topo = _load(args)
     p = sc.parallel
-    build_schedule(p.schedule, p.pp, sc.num_microbatches)
-    work = build_workload(sc)
+    sched = build_schedule(p.schedule, p.pp, sc.num_microbatches, p.vpp)
+    work = build_workload(sc, sched.num_stages)
     dev = get_device(sc.cluster.device)
     lp = work[0].layer_params
     print(f"{args.scenario}: ok")
@@ -101,11 +101,13 @@ def cmd_check(args) -> int:
     print(f"  topology {topo.name}: {topo.nodes} nodes x {topo.devices_per_node} {topo.device_label}s")
     print("  static memory per rank (weights + gradients + optimizer + buffers, before activations):")
     worst = 0.0
-    for w in work:
-        st = static_memory(sc, w)
+    for r, held in enumerate(sched.stage_of):
+        st = static_memory(sc, sum(work[k].params for k in held))
         tot = sum(st.values()) + comm_buffers(sc, lp)
         worst = max(worst, tot)
-        print(f"    stage {w.stage}: {w.num_layers} layers, {fmt_bytes(tot)}")
+        layers = " + ".join(str(work[k].num_layers) for k in held)
+        chunks = f" (model stages {', '.join(map(str, held))})" if len(held) > 1 else ""
+        print(f"    pipeline rank {r}: {layers} layers{chunks}, {fmt_bytes(tot)}")
     if worst > dev.memory_bytes:
         print(f"  warning: static memory alone exceeds the {fmt_bytes(dev.memory_bytes)} of {dev.key}")
     return 0
@@ -123,9 +125,9 @@ def cmd_list(args) -> int:
             d = yaml.safe_load(f.read_text())
             print(f"{f.stem:14s} {d.get('kind')}, {d.get('devices_per_node')} per node — {d.get('source', '')}")
     elif what == "schedules":
-        from simtrain.schedules import SCHEDULES, SOURCES
-        for k in SCHEDULES:
-            print(f"{k:14s} {SOURCES[k]}")
+        from simtrain.schedules import SCHEDULES
+        for k, d in SCHEDULES.items():
+            print(f"{k:17s} {d.source}")
     elif what == "collectives":
         from simtrain.collectives import ALGORITHMS
         for k, v in ALGORITHMS.items():

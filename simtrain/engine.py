@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import simpy
 
 from simtrain.errors import DeadlockError
+from simtrain.program import stream_sequences
 
 
 @dataclass
@@ -22,7 +23,7 @@ class Timeline:
     start: list
     end: list
     mem_peak: dict        # class id -> peak dynamic (activation) bytes
-    inflight_peak: dict   # class id -> most microbatches whose activations were alive at once
+    inflight_peak: dict   # class id -> most microbatch-chunks whose activations were alive at once
     step_time: float
     events: int
 
@@ -38,9 +39,7 @@ def run(ops: list, class_ids: list) -> Timeline:
     infl_cur = {c: 0 for c in class_ids}
     infl_peak = {c: 0 for c in class_ids}
     rdv: dict = {}
-    streams: dict = {}
-    for op in ops:
-        streams.setdefault((op.cls, op.stream), []).append(op)
+    streams = stream_sequences(ops)
     waiting = {}
 
     def proc(key, seq):
@@ -69,15 +68,18 @@ def run(ops: list, class_ids: list) -> Timeline:
                 mem_cur[c] = cur
                 if cur + op.transient > mem_peak[c]:
                     mem_peak[c] = cur + op.transient
-                if op.alloc:
-                    infl_cur[c] += 1
-                    infl_peak[c] = max(infl_peak[c], infl_cur[c])
+            if op.inflight > 0:
+                infl_cur[c] += op.inflight
+                infl_peak[c] = max(infl_peak[c], infl_cur[c])
             if op.duration > 0:
                 yield env.timeout(op.duration)
             end[op.id] = env.now
             if op.free:
                 mem_cur[c] -= op.free
-                infl_cur[c] -= 1
+                if mem_cur[c] > mem_peak[c]:      # a B that keeps more than it frees
+                    mem_peak[c] = mem_cur[c]
+            if op.inflight < 0:
+                infl_cur[c] += op.inflight
             done[op.id].succeed()
 
     for key in sorted(streams):

@@ -53,6 +53,9 @@ PARALLEL = {
     "overlap_param_gather": ("bool", False, False),
     "bucket_size_params": ("posint", False, 40_000_000),
     "layers_per_stage": ("any", False, None),
+    "first_stage_layers": ("posint?", False, None),
+    "last_stage_layers": ("posint?", False, None),
+    "vpp": ("posint", False, 1),
 }
 
 CLUSTER = {
@@ -236,6 +239,49 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
     return sc, topo
 
 
+def _check_stages(p, L, training, errs: Collector) -> None:
+    """Layer split over the schedule's model stages, and the schedule's own rules (microbatch
+    count, vpp), all before anything is simulated."""
+    from simtrain.schedules import SCHEDULES
+    d = SCHEDULES.get(p.get("schedule"))
+    pp, vpp = p.get("pp"), p.get("vpp")
+    if d is None or not pp or not vpp:
+        return
+    if vpp > 1 and d.name != "interleaved_1f1b":
+        errs.add("parallel.vpp", f"vpp={vpp} applies only to interleaved_1f1b, not {d.name}",
+                 "remove vpp, or set `schedule: interleaved_1f1b`")
+        return
+    S = d.num_stages(pp, vpp)
+    what = f"{S} model stages ({d.name} on pp={pp}" + (f", vpp={vpp}" if vpp > 1 else "") + ")"
+    lps, first, last = p.get("layers_per_stage"), p.get("first_stage_layers"), p.get("last_stage_layers")
+    if lps is not None:
+        if first is not None or last is not None:
+            errs.add("parallel.layers_per_stage", "given together with first_stage_layers / last_stage_layers",
+                     "give either the full list or the first/last counts")
+        elif not (isinstance(lps, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in lps)):
+            errs.add("parallel.layers_per_stage", "expected a list of whole numbers >= 1", "write e.g. `[7, 8, 8, 7]`")
+        elif len(lps) != S:
+            errs.add("parallel.layers_per_stage", f"has {len(lps)} entries; the plan has {what}", f"give exactly {S} layer counts")
+        elif sum(lps) != L:
+            errs.add("parallel.layers_per_stage", f"sums to {sum(lps)}, the model has {L} layers", f"make the counts add up to {L}")
+    elif first is not None or last is not None:
+        fixed = [x for x in (first, last) if x is not None]
+        rest = S - len(fixed)
+        left = L - sum(fixed)
+        if rest < 1 or left < rest or left % rest:
+            key = "parallel.first_stage_layers" if first is not None else "parallel.last_stage_layers"
+            errs.add(key, f"leaves {left} layers for the other {rest} of {what}, which does not split evenly into stages of >= 1 layer",
+                     "adjust the first/last counts so the remaining layers divide evenly, or give parallel.layers_per_stage")
+    elif L % S:
+        errs.add("parallel.pp", f"num_layers={L} does not divide into {what}",
+                 f"choose pp/vpp so that {L} layers split evenly, or give parallel.layers_per_stage / first_stage_layers")
+    if training and None not in (training.get("global_batch_size"), training.get("micro_batch_size"), p.get("dp")):
+        gb, mb, dp = training["global_batch_size"], training["micro_batch_size"], p["dp"]
+        if gb % (mb * dp) == 0:
+            for key, problem, fix in d.check(pp, gb // (mb * dp), vpp):
+                errs.add(key, problem, fix)
+
+
 def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> None:
     from simtrain.schedules import SCHEDULES
     p = parallel
@@ -254,16 +300,7 @@ def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> No
             errs.add("parallel.tp", f"tp={tp} does not divide num_attention_heads={a}", f"use a tp that divides {a}")
         elif tp and g % tp and tp % g:
             errs.add("parallel.tp", f"tp={tp} and num_key_value_heads={g}: one must divide the other", "pick tp dividing the KV heads")
-        lps = p.get("layers_per_stage")
-        if lps is not None:
-            if not (isinstance(lps, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in lps)):
-                errs.add("parallel.layers_per_stage", "expected a list of whole numbers >= 1", "write e.g. `[7, 8, 8, 7]`")
-            elif pp and len(lps) != pp:
-                errs.add("parallel.layers_per_stage", f"has {len(lps)} entries for pp={pp}", f"give exactly {pp} layer counts")
-            elif sum(lps) != L:
-                errs.add("parallel.layers_per_stage", f"sums to {sum(lps)}, the model has {L} layers", f"make the counts add up to {L}")
-        elif pp and L % pp:
-            errs.add("parallel.pp", f"pp={pp} does not divide num_layers={L}", f"use a pp that divides {L}, or give parallel.layers_per_stage")
+        _check_stages(p, L, training, errs)
         if p.get("sequence_parallel") and tp and model.get("seq_length") and model["seq_length"] % tp:
             errs.add("parallel.sequence_parallel", f"seq_length {model['seq_length']} is not divisible by tp={tp}", "use a tp dividing the sequence length or turn sequence_parallel off")
     if training and None not in (training.get("global_batch_size"), training.get("micro_batch_size"), p.get("dp")):

@@ -47,6 +47,8 @@ class RankClass:
     pp_next: int | None
     link_prev: str | None  # link class to the previous stage's rank
     link_next: str | None
+    pp_wrap: int | None = None    # first rank <-> last rank of the pp group (interleaved schedules wrap)
+    link_wrap: str | None = None
 
     @property
     def multiplicity(self) -> int:
@@ -122,14 +124,20 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None) -> list[Rank
             nxt[a], prev[b] = b, a
     link_prev = [topo.link_class_name(place[prev[r]], place[r]) if prev[r] is not None else None for r in range(grid.world)]
     link_next = [topo.link_class_name(place[r], place[nxt[r]]) if nxt[r] is not None else None for r in range(grid.world)]
+    wrap = [None] * grid.world
+    for g in pp_groups:
+        if len(g) > 1:
+            wrap[g[0]], wrap[g[-1]] = g[-1], g[0]
+    link_wrap = [topo.link_class_name(place[r], place[wrap[r]]) if wrap[r] is not None else None for r in range(grid.world)]
 
-    sig = [(stage[r], tp_shapes[tp_of[r]], dp_shapes[dp_of[r]], link_prev[r], link_next[r]) for r in range(grid.world)]
+    sig = [(stage[r], tp_shapes[tp_of[r]], dp_shapes[dp_of[r]], link_prev[r], link_next[r], link_wrap[r]) for r in range(grid.world)]
     cls = _ids(sig)
     while True:
         tp_ms = [tuple(sorted(Counter(cls[r] for r in g).items())) for g in tp_groups]
         dp_ms = [tuple(sorted(Counter(cls[r] for r in g).items())) for g in dp_groups]
         sig2 = [(cls[r], tp_ms[tp_of[r]], dp_ms[dp_of[r]],
-                 cls[prev[r]] if prev[r] is not None else -1, cls[nxt[r]] if nxt[r] is not None else -1)
+                 cls[prev[r]] if prev[r] is not None else -1, cls[nxt[r]] if nxt[r] is not None else -1,
+                 cls[wrap[r]] if wrap[r] is not None else -1)
                 for r in range(grid.world)]
         new = _ids(sig2)
         if max(new) == max(cls):
@@ -150,6 +158,7 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None) -> list[Rank
             pp_prev=cls[prev[r0]] if prev[r0] is not None else None,
             pp_next=cls[nxt[r0]] if nxt[r0] is not None else None,
             link_prev=link_prev[r0], link_next=link_next[r0],
+            pp_wrap=cls[wrap[r0]] if wrap[r0] is not None else None, link_wrap=link_wrap[r0],
         ))
     return out
 

@@ -5,16 +5,31 @@ One program per equivalence class of ranks. Streams, like CUDA streams, issue th
             which Megatron issues synchronously between the column- and row-parallel GEMMs)
   tp        tensor-parallel collectives
   dp        data-parallel gradient reduction and parameter gathering
-  pp        pipeline sends (the receiver's compute op depends on the matching send)
+  pp_next   pipeline sends to the next rank, pp_prev to the previous one (the receiver's compute
+            op depends on the matching send; a hand-over between two chunks of one rank is a
+            plain dependency)
 Consecutive operators between two communication points are fused into one compute op whose
 duration is the sum of its operators' durations (the per-operator list stays in the workload).
+
+The schedule is executed as data: each action becomes a chain of ops (F: the stage's forward; B:
+input gradients with recompute; W: weight gradients; BW: both in Megatron's order). An action
+marked `overlap_next` is merged with the next one unit by unit (a unit is one compute op and the
+communication it issues), so one chain's communication runs under the other's compute, as in
+DeepSeek's overlapped forward/backward pairs. Ops carry an `order` that fixes their place on
+their stream; merging only reorders within the pair and keeps a topological order.
+
+Memory per microbatch and chunk: F allocates the stage's stored activations; a B that leaves its
+W for later frees all but what W still needs (the wgrad inputs, `StageWork.weight_grad_bytes`);
+W (or BW) frees the rest. The in-flight count (microbatch-chunks whose activations are alive)
+rises at F and falls at W / BW.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from simtrain.collectives import collective_time, p2p_time
-from simtrain.parallel import RankClass
+from simtrain.parallel import RankClass, RankGrid
+from simtrain.schedules import Action, Schedule
 from simtrain.spec import Scenario
 from simtrain.topology import Topology
 from simtrain.workload import ACT_BYTES, Comm, StageWork
@@ -24,6 +39,8 @@ OPT_BYTES_PER_PARAM = 34.0
 master, m, v (3 x 4 B) and the 16-bit weight (2 B), plus one 4 B read of the gradient for the
 global-norm clip: 16 + 14 + 4 = 34 bytes per local parameter."""
 
+STREAMS = ("compute", "tp", "dp", "pp_next", "pp_prev")
+
 
 @dataclass
 class EOp:
@@ -32,35 +49,51 @@ class EOp:
     cls: int
     stream: str
     kind: str                 # compute | coll | send
-    category: str             # F | BW | opt | tp | dp | pp
+    category: str             # F | B | W | BW | opt | tp | dp | pp
     duration: float
     label: str
     mb: int = -1
+    chunk: int = 0
     deps: list = field(default_factory=list)
     rendezvous: tuple | None = None
     peers: int = 1            # number of classes that must arrive at the rendezvous
     alloc: float = 0.0        # activation bytes allocated when the op starts
-    free: float = 0.0         # activation bytes freed when the op ends
+    free: float = 0.0         # activation bytes freed when the op ends (negative: allocated)
     transient: float = 0.0    # bytes held only while the op runs
+    inflight: int = 0         # +1 at start (a microbatch-chunk's activations come alive), -1 at end
     bytes: float = 0.0        # communication size (for the trace)
+    order: float = -1.0       # position on its stream (defaults to the id)
+
+
+def stream_sequences(ops: list) -> dict:
+    """(class, stream) -> its ops in issue order."""
+    streams: dict = {}
+    for op in ops:
+        streams.setdefault((op.cls, op.stream), []).append(op)
+    for seq in streams.values():
+        seq.sort(key=lambda o: (o.order, o.id))
+    return streams
 
 
 class Lowering:
-    def __init__(self, sc: Scenario, topo: Topology, work: tuple, classes: list, sched: tuple, costs):
+    def __init__(self, sc: Scenario, topo: Topology, work: tuple, classes: list, sched: Schedule, costs):
         self.sc, self.topo, self.work, self.classes, self.sched, self.costs = sc, topo, work, classes, sched, costs
         self.ops: list = []
-        self.send_of: dict = {}      # (class id, action kind, mb) -> send op id
-        self.pending_recv: list = [] # (op, producer class, kind, mb) resolved after all classes
+        self.send_of: dict = {}      # (class id, F|B, mb, chunk) -> send op id
+        self.pending_recv: list = [] # (op, producer class, F|B, mb, chunk) resolved after all classes
         p, t = sc.parallel, sc.training
         self.grad_bytes = 2.0 if t.precision == "fp16" else 4.0
         tokens = t.micro_batch_size * sc.model.seq_length
         self.pp_msg = ACT_BYTES * tokens * sc.model.hidden_size / (p.tp if p.sequence_parallel and p.tp > 1 else 1)
         self.algo = sc.network.all_reduce
+        self.grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
         self._seg_cache: dict = {}
         self._coll_cache: dict = {}
+        self.pairs: list = []        # (first compute op of each chain) of overlapped pairs
 
     def _new(self, c: RankClass, **kw) -> EOp:
         op = EOp(id=len(self.ops), cls=c.id, **kw)
+        op.order = float(op.id)
         self.ops.append(op)
         return op
 
@@ -72,7 +105,7 @@ class Lowering:
             hit = self._seg_cache[id(seg)] = (sum(self.costs.duration(o) for o in seg), label, seg)
         return hit[0], hit[1]
 
-    def comm_op(self, c: RankClass, comm: Comm, deps, mb, seq, transient=0.0) -> EOp:
+    def comm_op(self, c: RankClass, comm: Comm, deps, mb, seq, transient=0.0, chunk=0) -> EOp:
         shape = c.tp_shape if comm.kind == "tp" else c.dp_shape
         peers = c.tp_peers if comm.kind == "tp" else c.dp_peers
         key = (comm.collective, comm.size_bytes, shape)
@@ -80,163 +113,327 @@ class Lowering:
         if dur is None:
             dur = self._coll_cache[key] = collective_time(comm.collective, comm.size_bytes, shape, self.topo, self.algo)
         return self._new(c, stream=comm.kind, kind="coll", category=comm.kind, duration=dur,
-                         label=f"{comm.collective}:{comm.name}", mb=mb, deps=list(deps),
+                         label=f"{comm.collective}:{comm.name}", mb=mb, chunk=chunk, deps=list(deps),
                          rendezvous=(comm.kind, seq, peers) if len(peers) > 1 else None, peers=len(peers),
                          bytes=comm.size_bytes, transient=transient)
 
     def lower(self) -> list:
         for c in self.classes:
-            self._lower_class(c)
-        for op, producer, kind, mb in self.pending_recv:
-            op.deps.append(self.send_of[(producer, kind, mb)])
+            _ClassLowering(self, c).run()
+        for op, producer, kind, mb, chunk in self.pending_recv:
+            op.deps.append(self.send_of[(producer, kind, mb, chunk)])
+        for a, b in self.pairs:
+            # an overlapped pair starts once both inputs are there (DeepSeek receives both first)
+            a.deps += [d for d in b.deps if d not in a.deps and self.ops[d].cls != a.cls]
         return self.ops
 
-    def _run_items(self, c, items, category, mb, first_deps, seqs, transient=0.0):
+
+class _ClassLowering:
+    """The program of one rank class: its schedule row, action by action."""
+
+    def __init__(self, low: Lowering, c: RankClass):
+        self.low, self.c = low, c
+        self.sc = low.sc
+        self.p = low.sc.parallel
+        self.rank = c.stage
+        self.sched = low.sched
+        self.acts = self.sched.actions[self.rank]
+        self.seqs: dict = {}
+        self.local_end: dict = {}        # (F|B, mb, chunk) -> last op id of that action here
+        self.grad_ops: list = []
+        self.param_gather: dict = {}     # (chunk, layer) -> op id of the overlapped parameter all-gather
+        self.first_f: dict = {}          # chunk -> index of its first F
+        self.final_w: dict = {}          # chunk -> index of the action completing its weight gradients
+        for i, a in enumerate(self.acts):
+            if a.kind == "F":
+                self.first_f.setdefault(a.chunk, i)
+            if a.kind in ("W", "BW"):
+                self.final_w[a.chunk] = i
+        self.bucket_params = 0.0
+        self.dp_on = self.p.dp > 1
+        self.zero = self.p.zero_stage
+
+    # -- helpers --------------------------------------------------------------------------------
+    def work(self, chunk: int) -> StageWork:
+        return self.low.work[self.sched.stage_of[self.rank][chunk]]
+
+    def next_seq(self, kind: str) -> int:
+        self.seqs[kind] = self.seqs.get(kind, 0) + 1
+        return self.seqs[kind]
+
+    def dp_comm(self, collective, nbytes, name, deps, mb, chunk=0):
+        return self.low.comm_op(self.c, Comm("dp", collective, nbytes, name), deps, mb, self.next_seq("dp"), chunk=chunk)
+
+    def items(self, items, category, a: Action, first_deps, transient=0.0):
         """Emits the items (segments and comms) in order; returns the last op (or None)."""
+        low, c = self.low, self.c
         last = None
         deps = list(first_deps)
         for it in items:
             if isinstance(it, Comm):
                 if last is not None:
                     deps = deps + [last.id]
-                seqs[it.kind] = seqs.get(it.kind, 0) + 1
-                last = self.comm_op(c, it, deps, mb, seqs[it.kind])
+                last = low.comm_op(c, it, deps, a.microbatch, self.next_seq(it.kind), chunk=a.chunk)
                 deps = []
             else:
-                d, label = self.seg_time(it)
+                d, label = low.seg_time(it)
                 if d == 0.0 and not deps and last is not None:
                     continue
                 if last is not None and last.stream != "compute":
                     deps = deps + [last.id]
-                last = self._new(c, stream="compute", kind="compute", category=category, duration=d,
-                                 label=f"{category}{mb}:{label}", mb=mb, deps=list(deps), transient=transient)
+                last = low._new(c, stream="compute", kind="compute", category=category, duration=d,
+                                label=f"{category}{a.microbatch}" + (f".{a.chunk}" if self.sched.chunks > 1 else "") + f":{label}",
+                                mb=a.microbatch, chunk=a.chunk, deps=list(deps), transient=transient)
                 deps = []
         if deps and last is None:
             # nothing emitted but dependencies pending: carry them forward via an empty op
-            last = self._new(c, stream="compute", kind="compute", category=category, duration=0.0,
-                             label=f"{category}{mb}:wait", mb=mb, deps=list(deps))
+            last = low._new(c, stream="compute", kind="compute", category=category, duration=0.0,
+                            label=f"{category}{a.microbatch}:wait", mb=a.microbatch, chunk=a.chunk, deps=list(deps))
         return last
 
-    def _lower_class(self, c: RankClass) -> None:
-        p = self.sc.parallel
-        w: StageWork = self.work[c.stage]
-        acts = self.sched[c.stage]
-        pp = p.pp
-        seqs: dict = {}
-        act_mb = w.act_bytes_per_layer * w.num_layers + w.act_bytes_pre + w.act_bytes_post
-        last_bw = max(i for i, a in enumerate(acts) if a.kind == "BW")
-        zero = p.zero_stage
-        dp_on = p.dp > 1
-        bucket_params = 0.0
-        grad_ops: list = []
-        dp_grad_coll = "all_reduce" if zero == 0 else "reduce_scatter"
+    def _neighbour(self, r: int):
+        """(class id, link class, send stream) of pipeline rank r seen from this rank; the two ends
+        of the pipeline are neighbours too (interleaving goes from the last rank back to the first)."""
+        c = self.c
+        if r == self.rank + 1:
+            return c.pp_next, c.link_next, "pp_next"
+        if r == self.rank - 1:
+            return c.pp_prev, c.link_prev, "pp_prev"
+        if {r, self.rank} == {0, self.sched.pp - 1}:
+            return c.pp_wrap, c.link_wrap, ("pp_next" if self.rank == self.sched.pp - 1 else "pp_prev")
+        raise AssertionError("routes move between neighbouring ranks (checked by schedules.validate)")
+
+    def receive(self, first_op: EOp, a: Action, kind: str, pos: int) -> None:
+        """Makes the action's first compute op wait for the input produced at route position pos."""
+        r, ch = self.sched.route(a.microbatch)[pos]
+        if r == self.rank:
+            first_op.deps.append(self.local_end[(kind, a.microbatch, ch)])
+        else:
+            producer, _, _ = self._neighbour(r)
+            self.low.pending_recv.append((first_op, producer, kind, a.microbatch, ch))
+
+    def send(self, last: EOp, a: Action, kind: str, pos: int) -> None:
+        r, _ = self.sched.route(a.microbatch)[pos]
+        self.local_end[(kind, a.microbatch, a.chunk)] = last.id
+        if r == self.rank:
+            return
+        _, link, stream = self._neighbour(r)
+        snd = self.low._new(self.c, stream=stream, kind="send", category="pp",
+                            duration=p2p_time(self.low.pp_msg, link, self.low.topo),
+                            label=f"send_{'act' if kind == 'F' else 'grad'}{a.microbatch}" + (f".{a.chunk}" if self.sched.chunks > 1 else ""),
+                            mb=a.microbatch, chunk=a.chunk, deps=[last.id], bytes=self.low.pp_msg)
+        self.low.send_of[(self.c.id, kind, a.microbatch, a.chunk)] = snd.id
+
+    # -- actions ----------------------------------------------------------------------------------
+    def forward(self, idx: int, a: Action) -> None:
+        low, w = self.low, self.work(a.chunk)
+        start = len(low.ops)
         layer_p = w.layer_params
-        stage_params = w.params
-        param_gather_ops: dict = {}
+        last = self.items(w.pre.forward, "F", a, []) if w.pre is not None else None
+        ends = []
+        for l in range(w.num_layers):
+            ldeps = [last.id] if last is not None and last.stream != "compute" else []
+            if idx == self.first_f.get(a.chunk) and (a.chunk, l) in self.param_gather:
+                ldeps.append(self.param_gather[(a.chunk, l)])
+            if self.zero == 3 and self.dp_on:
+                # FSDP prefetches one layer ahead: gather layer l once layer l-2 is done
+                ag = self.dp_comm("all_gather", ACT_BYTES * layer_p, f"fsdp_ag_l{l}",
+                                  [ends[-2].id] if len(ends) >= 2 else [], a.microbatch, a.chunk)
+                ldeps.append(ag.id)
+            last = self.items(w.layer.forward, "F", a, ldeps)
+            ends.append(last)
+        if w.post is not None:
+            last = self.items(w.post.forward, "F", a, [])
+        first = next(o for o in low.ops[start:] if o.stream == "compute")
+        first.alloc += w.act_bytes
+        first.inflight += 1
+        pos = self.sched.position(self.rank, a.chunk, a.microbatch)
+        if pos > 0:
+            self.receive(first, a, "F", pos - 1)
+        if pos < self.sched.num_stages - 1:
+            self.send(last, a, "F", pos + 1)
 
-        if zero >= 1 and dp_on and p.overlap_param_gather and zero < 3:
+    def backward(self, idx: int, a: Action) -> None:
+        """B (input gradients only) or BW (input and weight gradients)."""
+        low, w = self.low, self.work(a.chunk)
+        split = a.kind == "B"
+        final = idx == self.final_w.get(a.chunk)
+        start = len(low.ops)
+        tr = w.act_working_bytes
+
+        def part(lp):
+            return lp.backward_input if split else lp.backward
+
+        last = self.items(part(w.post), a.kind, a, [], transient=tr) if w.post is not None else None
+        ends = []
+        for l in reversed(range(w.num_layers)):
+            ldeps = [last.id] if last is not None and last.stream != "compute" else []
+            if self.zero == 3 and self.dp_on:
+                ag = self.dp_comm("all_gather", ACT_BYTES * w.layer_params, f"fsdp_ag_bwd_l{l}",
+                                  [ends[-2].id] if len(ends) >= 2 else [], a.microbatch, a.chunk)
+                ldeps.append(ag.id)
+            if w.layer.recompute:
+                last = self.items(w.layer.recompute, a.kind, a, ldeps, transient=tr)
+                ldeps = [last.id] if last.stream != "compute" else []
+            last = self.items(part(w.layer), a.kind, a, ldeps, transient=tr)
+            ends.append(last)
+            if not split:
+                self.layer_grads_done(w, l, last, a, final)
+        if w.pre is not None and part(w.pre):
+            last = self.items(part(w.pre), a.kind, a, []) or last
+        if split:
+            last.free += w.act_bytes - w.weight_grad_bytes
+        else:
+            last.free += w.act_bytes
+            last.inflight -= 1
+        first = next(o for o in low.ops[start:] if o.stream == "compute")
+        pos = self.sched.position(self.rank, a.chunk, a.microbatch)
+        if pos < self.sched.num_stages - 1:
+            self.receive(first, a, "B", pos + 1)
+        if pos > 0:
+            self.send(last, a, "B", pos - 1)
+        else:
+            self.local_end[("B", a.microbatch, a.chunk)] = last.id
+        if not split:
+            self.local_end[("W", a.microbatch, a.chunk)] = last.id
+        else:
+            self.local_end[("Bdone", a.microbatch, a.chunk)] = last.id
+
+    def weight(self, idx: int, a: Action) -> None:
+        """W: the deferred weight-gradient GEMMs of every layer of the chunk, after its B."""
+        w = self.work(a.chunk)
+        final = idx == self.final_w.get(a.chunk)
+        dep = [self.local_end[("Bdone", a.microbatch, a.chunk)]]
+        last = self.items(w.post.backward_weight, "W", a, dep) if w.post is not None and w.post.backward_weight else None
+        for l in reversed(range(w.num_layers)):
+            last = self.items(w.layer.backward_weight, "W", a, dep if last is None else [])
+            self.layer_grads_done(w, l, last, a, final)
+        if w.pre is not None and w.pre.backward_weight:
+            last = self.items(w.pre.backward_weight, "W", a, [])
+        last.free += w.weight_grad_bytes
+        last.inflight -= 1
+        self.local_end[("W", a.microbatch, a.chunk)] = last.id
+
+    def layer_grads_done(self, w: StageWork, l: int, last: EOp, a: Action, final: bool) -> None:
+        """A layer's weight gradient is complete: ZeRO-3 reduce-scatters it per microbatch; otherwise
+        the chunk's final backward fills gradient buckets that reduce while the backward goes on."""
+        if not self.dp_on:
+            return
+        if self.zero == 3:
+            rs = self.dp_comm("reduce_scatter", self.low.grad_bytes * w.layer_params, f"fsdp_rs_l{l}", [last.id], a.microbatch, a.chunk)
+            self.grad_ops.append(rs.id)
+        elif final and self.p.overlap_grad_reduce:
+            self.bucket_params += w.layer_params
+            if self.bucket_params >= self.p.bucket_size_params:
+                g = self.dp_comm("all_reduce" if self.zero == 0 else "reduce_scatter",
+                                 self.low.grad_bytes * self.bucket_params, "grad_bucket", [last.id], a.microbatch, a.chunk)
+                self.grad_ops.append(g.id)
+                self.bucket_params = 0.0
+
+    # -- the whole program ------------------------------------------------------------------------
+    def run(self) -> None:
+        low, p = self.low, self.p
+        chunks = self.sched.stage_of[self.rank]
+        if self.zero in (1, 2) and self.dp_on and p.overlap_param_gather:
             # the previous step's parameter all-gather overlaps this step's first forward, bucket by bucket
-            for l in range(w.num_layers):
-                seqs["dp"] = seqs.get("dp", 0) + 1
-                op = self.comm_op(c, Comm("dp", "all_gather", ACT_BYTES * layer_p, f"param_ag_l{l}"), [], -1, seqs["dp"])
-                param_gather_ops[l] = op.id
-
-        for idx, a in enumerate(acts):
-            if a.kind == "F":
-                start_len = len(self.ops)
-                last = None
-                if w.pre is not None:
-                    last = self._run_items(c, w.pre.forward, "F", a.microbatch, [], seqs)
-                ends = []                      # last op of each layer, for ZeRO-3 prefetch depth
-                for l in range(w.num_layers):
-                    ldeps = [last.id] if last is not None and last.stream != "compute" else []
-                    if a.microbatch == acts[0].microbatch and l in param_gather_ops:
-                        ldeps.append(param_gather_ops[l])
-                    if zero == 3 and dp_on:
-                        # FSDP prefetches one layer ahead: gather layer l once layer l-2 is done
-                        seqs["dp"] = seqs.get("dp", 0) + 1
-                        ag = self.comm_op(c, Comm("dp", "all_gather", ACT_BYTES * layer_p, f"fsdp_ag_l{l}"),
-                                          [ends[-2].id] if len(ends) >= 2 else [], a.microbatch, seqs["dp"])
-                        ldeps.append(ag.id)
-                    last = self._run_items(c, w.layer.forward, "F", a.microbatch, ldeps, seqs)
-                    ends.append(last)
-                if w.post is not None:
-                    last = self._run_items(c, w.post.forward, "F", a.microbatch, [], seqs)
-                self.ops[start_len].alloc += act_mb
-                if c.stage > 0:
-                    # first compute op of this forward waits for the activation from the previous stage
-                    first_compute = next(o for o in self.ops[start_len:] if o.stream == "compute")
-                    self.pending_recv.append((first_compute, c.pp_prev, "F", a.microbatch))
-                if c.stage < pp - 1:
-                    snd = self._new(c, stream="pp", kind="send", category="pp",
-                                    duration=p2p_time(self.pp_msg, c.link_next, self.topo),
-                                    label=f"send_act{a.microbatch}", mb=a.microbatch, deps=[last.id], bytes=self.pp_msg)
-                    self.send_of[(c.id, "F", a.microbatch)] = snd.id
+            for ch in range(len(chunks)):
+                for l in range(self.work(ch).num_layers):
+                    op = self.dp_comm("all_gather", ACT_BYTES * self.work(ch).layer_params, f"param_ag_l{l}", [], -1, ch)
+                    self.param_gather[(ch, l)] = op.id
+        i = 0
+        acts = self.acts
+        while i < len(acts):
+            a = acts[i]
+            if a.overlap_next:
+                s0 = len(low.ops)
+                self.emit(i, a)
+                s1 = len(low.ops)
+                self.emit(i + 1, acts[i + 1])
+                low.pairs.append(merge_pair(low.ops, s0, s1, len(low.ops)))
+                i += 2
             else:
-                start_len = len(self.ops)
-                final = idx == last_bw
-                last = None
-                if w.post is not None:
-                    last = self._run_items(c, w.post.backward, "BW", a.microbatch, [], seqs, transient=w.act_working_bytes)
-                ends = []
-                for l in reversed(range(w.num_layers)):
-                    ldeps = [last.id] if last is not None and last.stream != "compute" else []
-                    if zero == 3 and dp_on:
-                        seqs["dp"] = seqs.get("dp", 0) + 1
-                        ag = self.comm_op(c, Comm("dp", "all_gather", ACT_BYTES * layer_p, f"fsdp_ag_bwd_l{l}"),
-                                          [ends[-2].id] if len(ends) >= 2 else [], a.microbatch, seqs["dp"])
-                        ldeps.append(ag.id)
-                    if w.layer.recompute:
-                        last = self._run_items(c, w.layer.recompute, "BW", a.microbatch, ldeps, seqs, transient=w.act_working_bytes)
-                        ldeps = [last.id] if last.stream != "compute" else []
-                    last = self._run_items(c, w.layer.backward, "BW", a.microbatch, ldeps, seqs, transient=w.act_working_bytes)
-                    ends.append(last)
-                    if dp_on and zero == 3:
-                        seqs["dp"] = seqs.get("dp", 0) + 1
-                        rs = self.comm_op(c, Comm("dp", "reduce_scatter", self.grad_bytes * layer_p, f"fsdp_rs_l{l}"),
-                                          [last.id], a.microbatch, seqs["dp"])
-                        grad_ops.append(rs.id)
-                    elif dp_on and final and p.overlap_grad_reduce:
-                        bucket_params += layer_p
-                        if bucket_params >= p.bucket_size_params:
-                            seqs["dp"] = seqs.get("dp", 0) + 1
-                            g = self.comm_op(c, Comm("dp", dp_grad_coll, self.grad_bytes * bucket_params, "grad_bucket"),
-                                             [last.id], a.microbatch, seqs["dp"])
-                            grad_ops.append(g.id)
-                            bucket_params = 0.0
-                if w.pre is not None:
-                    last = self._run_items(c, w.pre.backward, "BW", a.microbatch, [], seqs)
-                last.free += act_mb
-                if c.stage < pp - 1:
-                    first_compute = next(o for o in self.ops[start_len:] if o.stream == "compute")
-                    self.pending_recv.append((first_compute, c.pp_next, "BW", a.microbatch))
-                if c.stage > 0:
-                    snd = self._new(c, stream="pp", kind="send", category="pp",
-                                    duration=p2p_time(self.pp_msg, c.link_prev, self.topo),
-                                    label=f"send_grad{a.microbatch}", mb=a.microbatch, deps=[last.id], bytes=self.pp_msg)
-                    self.send_of[(c.id, "BW", a.microbatch)] = snd.id
-                if final:
-                    last_compute = last
+                self.emit(i, a)
+                i += 1
+        self.finish(chunks)
+
+    def emit(self, i: int, a: Action) -> None:
+        if a.kind == "F":
+            self.forward(i, a)
+        elif a.kind == "W":
+            self.weight(i, a)
+        else:
+            self.backward(i, a)
+
+    def finish(self, chunks) -> None:
+        low, p, c = self.low, self.p, self.c
+        params = sum(self.work(ch).params for ch in range(len(chunks)))
+        last_idx = max(self.final_w.values())
+        last_a = self.acts[last_idx]
+        last_op = self.local_end[("W", last_a.microbatch, last_a.chunk)]
         # remaining gradients (embedding/head and any partial bucket, or everything without overlap)
-        if dp_on and zero < 3:
-            remaining = stage_params if not p.overlap_grad_reduce else stage_params - sum(
-                self.ops[g].bytes for g in grad_ops) / self.grad_bytes
-            buckets = []
-            left = remaining
+        if self.dp_on and self.zero < 3:
+            sent = sum(low.ops[g].bytes for g in self.grad_ops) / low.grad_bytes
+            left = params - sent if p.overlap_grad_reduce else params
             while left > 1e-6:
-                take = min(left, p.bucket_size_params) if not p.overlap_grad_reduce else left
-                buckets.append(take)
+                take = left if p.overlap_grad_reduce else min(left, p.bucket_size_params)
+                g = self.dp_comm("all_reduce" if self.zero == 0 else "reduce_scatter", low.grad_bytes * take,
+                                 "grad_bucket", [last_op], -1)
+                self.grad_ops.append(g.id)
                 left -= take
-            for bp in buckets:
-                seqs["dp"] = seqs.get("dp", 0) + 1
-                g = self.comm_op(c, Comm("dp", dp_grad_coll, self.grad_bytes * bp, "grad_bucket"),
-                                 [last_compute.id], -1, seqs["dp"])
-                grad_ops.append(g.id)
-        # optimizer step over the local (possibly sharded) parameters
-        local = stage_params / (p.dp if zero >= 1 else 1)
-        opt = self._new(c, stream="compute", kind="compute", category="opt",
-                        duration=self.costs.memory_time(OPT_BYTES_PER_PARAM * local), label="optimizer_step",
-                        deps=list(grad_ops))
-        if zero in (1, 2) and dp_on and not p.overlap_param_gather:
-            seqs["dp"] = seqs.get("dp", 0) + 1
-            self.comm_op(c, Comm("dp", "all_gather", ACT_BYTES * stage_params, "param_all_gather"), [opt.id], -1, seqs["dp"])
+        opt_deps = list(self.grad_ops) or [last_op]
+        if low.sc.parallel.pp > 1 and _holds_twin_copies(self.sched):
+            # DualPipe holds every stage twice (rank r and rank pp-1-r): the two copies' gradients
+            # are summed, a 2-rank all-reduce of the duplicated stage = one exchange of its gradient
+            twin = low.grid.rank(*_twin_coords(low.grid, c.ranks[0]))
+            link = low.topo.link_class_name(c.ranks[0], twin)
+            dup = self.work(0).params
+            ex = low._new(c, stream="dp", kind="coll", category="dp", duration=p2p_time(low.grad_bytes * dup, link, low.topo),
+                          label="twin_grad_sync", deps=[last_op], bytes=low.grad_bytes * dup)
+            opt_deps.append(ex.id)
+        local = params / (p.dp if self.zero >= 1 else 1)
+        opt = low._new(c, stream="compute", kind="compute", category="opt",
+                       duration=low.costs.memory_time(OPT_BYTES_PER_PARAM * local), label="optimizer_step", deps=opt_deps)
+        if self.zero in (1, 2) and self.dp_on and not p.overlap_param_gather:
+            self.dp_comm("all_gather", ACT_BYTES * params, "param_all_gather", [opt.id], -1)
+
+
+def _holds_twin_copies(s: Schedule) -> bool:
+    """True when two chunks of different ranks hold the same model stage (DualPipe)."""
+    held = [st for row in s.stage_of for st in row]
+    return len(held) != len(set(held))
+
+
+def _twin_coords(grid: RankGrid, rank: int) -> tuple:
+    co = grid.coords(rank)
+    return co["tp_rank"], co["cp_rank"], co["dp_rank"], grid.pp - 1 - co["stage"]
+
+
+def merge_pair(ops: list, s0: int, s1: int, s2: int) -> tuple:
+    """Interleaves two chains (ops[s0:s1] and ops[s1:s2]) unit by unit on every stream.
+
+    A unit starts at a compute op and takes the communication issued after it. The merged order
+    alternates units (a1 b1 a2 b2 ...); the ids of both chains are handed out again in that order
+    as `order` keys, so each stream runs the pair in one consistent topological order. Returns the
+    first compute op of each chain (the caller makes the pair wait for both inputs)."""
+    def units(lo, hi):
+        out = []
+        for op in ops[lo:hi]:
+            if op.stream == "compute" or not out:
+                out.append([op])
+            else:
+                out[-1].append(op)
+        return out
+
+    ua, ub = units(s0, s1), units(s1, s2)
+    merged = []
+    for i in range(max(len(ua), len(ub))):
+        if i < len(ua):
+            merged += ua[i]
+        if i < len(ub):
+            merged += ub[i]
+    keys = sorted(op.order for op in ops[s0:s2])
+    for op, k in zip(merged, keys):
+        op.order = k
+    first_a = next(o for o in ops[s0:s1] if o.stream == "compute")
+    first_b = next(o for o in ops[s1:s2] if o.stream == "compute")
+    return first_a, first_b

@@ -18,13 +18,11 @@ KINDS = ("tp", "pp", "dp")
 def attribute(ops: list, tl, classes: list) -> dict:
     """class id -> {compute_s, bubble_s, exposed: {tp, pp, dp}}."""
     start, end = tl.start, tl.end
+    from simtrain.program import stream_sequences
     pred = {}
-    last_on = {}
-    for op in ops:
-        key = (op.cls, op.stream)
-        if key in last_on:
-            pred[op.id] = last_on[key]
-        last_on[key] = op.id
+    for seq in stream_sequences(ops).values():
+        for a, b in zip(seq, seq[1:]):
+            pred[b.id] = a.id
     out = {c.id: {"compute_s": 0.0, "bubble_s": 0.0, "exposed": {k: 0.0 for k in KINDS}} for c in classes}
 
     def walk(acc, g0, g1, op):
@@ -99,7 +97,7 @@ def to_json(result: dict) -> str:
 # Chrome / Perfetto trace
 
 def chrome_trace(ops: list, tl, classes: list, topo) -> dict:
-    tids = {"compute": 0, "tp": 1, "dp": 2, "pp": 3}
+    tids = {"compute": 0, "tp": 1, "dp": 2, "pp_next": 3, "pp_prev": 4}
     ev = []
     for c in classes:
         r0 = c.ranks[0]
@@ -120,7 +118,7 @@ def chrome_trace(ops: list, tl, classes: list, topo) -> dict:
                    "args": {"microbatch": op.mb, "bytes": op.bytes} if op.bytes else {"microbatch": op.mb}})
         if op.kind == "send" and op.id in consumer:
             dst = ops[consumer[op.id]]
-            ev.append({"ph": "s", "id": op.id, "name": "p2p", "cat": "pp", "pid": op.cls, "tid": tids["pp"], "ts": round(s * 1e6, 3)})
+            ev.append({"ph": "s", "id": op.id, "name": "p2p", "cat": "pp", "pid": op.cls, "tid": tids[op.stream], "ts": round(s * 1e6, 3)})
             ev.append({"ph": "f", "bp": "e", "id": op.id, "name": "p2p", "cat": "pp", "pid": dst.cls, "tid": tids["compute"],
                        "ts": round(tl.start[dst.id] * 1e6, 3)})
     return {"traceEvents": ev, "displayTimeUnit": "ms"}
@@ -129,7 +127,8 @@ def chrome_trace(ops: list, tl, classes: list, topo) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Timeline plot
 
-COLORS = {"F": "#4C78A8", "BW": "#54A24B", "opt": "#B279A2", "tp": "#F58518", "pp": "#E45756", "dp": "#9D755D"}
+COLORS = {"F": "#4C78A8", "B": "#54A24B", "BW": "#54A24B", "W": "#EECA3B", "opt": "#B279A2", "tp": "#F58518",
+          "pp": "#E45756", "dp": "#9D755D"}
 
 
 def timeline_png(ops: list, tl, classes: list, path: Path, title: str) -> None:
@@ -166,9 +165,9 @@ def timeline_png(ops: list, tl, classes: list, path: Path, title: str) -> None:
     ax.set_xlabel("time (ms)")
     ax.set_title(title + " — idle shows as grey background")
     ax.legend(handles=[Patch(color=COLORS[k], label=l) for k, l in
-                       (("F", "forward"), ("BW", "backward"), ("opt", "optimizer"), ("tp", "tp comm"),
-                        ("pp", "pp send"), ("dp", "dp comm"))],
-              loc="upper center", bbox_to_anchor=(0.5, -0.12 if rows > 2 else -0.3), ncol=6, fontsize=8, frameon=False)
+                       (("F", "forward"), ("B", "backward (B / BW)"), ("W", "weight grad (W)"), ("opt", "optimizer"),
+                        ("tp", "tp comm"), ("pp", "pp send"), ("dp", "dp comm"))],
+              loc="upper center", bbox_to_anchor=(0.5, -0.12 if rows > 2 else -0.3), ncol=7, fontsize=8, frameon=False)
     fig.tight_layout()
     fd, tmp = tempfile.mkstemp(prefix=".timeline.", suffix=".png", dir=path.parent)
     os.close(fd)

@@ -35,7 +35,7 @@ class StepRun:
     wall_s: float
 
 
-def static_memory(sc: Scenario, w) -> dict:
+def static_memory(sc: Scenario, params: float) -> dict:
     """Per-rank bytes of weights, gradients and optimizer state (Megatron distributed-optimizer table,
     Megatron-LM docs/source/api-guide/dist_optimizer.md: bf16 params with fp32 grads = 2 + 4 + 12
     bytes per parameter, fp16 = 2 + 2 + 16; ZeRO-1 shards the optimizer over dp, ZeRO-2 also the
@@ -46,9 +46,9 @@ def static_memory(sc: Scenario, w) -> dict:
     dp = p.dp
     z = p.zero_stage
     return {
-        "weights": w.params * wb / (dp if z >= 3 else 1),
-        "gradients": w.params * gb / (dp if z >= 2 else 1),
-        "optimizer": w.params * ob / (dp if z >= 1 else 1),
+        "weights": params * wb / (dp if z >= 3 else 1),
+        "gradients": params * gb / (dp if z >= 2 else 1),
+        "optimizer": params * ob / (dp if z >= 1 else 1),
     }
 
 
@@ -73,11 +73,11 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
     t0 = time.perf_counter()
     p = sc.parallel
     dev = get_device(sc.cluster.device)
-    work = build_workload(sc)
+    m = sc.num_microbatches
+    sched = build_schedule(p.schedule, p.pp, m, p.vpp)
+    work = build_workload(sc, sched.num_stages)
     grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
     classes = equivalence_classes(grid, topo)
-    m = sc.num_microbatches
-    sched = build_schedule(p.schedule, p.pp, m)
     costs = costs or CalibratedRoofline(dev, sc.training.precision)
     low = Lowering(sc, topo, work, classes, sched, costs)
     ops = low.lower()
@@ -98,20 +98,22 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
     for c in classes:
         a = attr[c.id]
         stages.append({
-            "class": c.id, "stage": c.stage, "ranks": c.multiplicity, "representative_rank": c.ranks[0],
+            "class": c.id, "stage": c.stage, "model_stages": list(sched.stage_of[c.stage]),
+            "layers": sum(work[k].num_layers for k in sched.stage_of[c.stage]),
+            "ranks": c.multiplicity, "representative_rank": c.ranks[0],
             "compute_s": a["compute_s"], "bubble_s": a["bubble_s"],
             "exposed_comm_s": {k: a["exposed"][k] for k in KINDS},
         })
     seen_stage = {}
     for c in classes:
-        w = work[c.stage]
-        st = static_memory(sc, w)
+        st = static_memory(sc, sum(work[k].params for k in sched.stage_of[c.stage]))
         act = tl.mem_peak[c.id]
         buf = comm_buffers(sc, layer_params)
         total = st["weights"] + st["gradients"] + st["optimizer"] + act + buf
         entry = {"stage": c.stage, "weights": st["weights"], "gradients": st["gradients"], "optimizer": st["optimizer"],
                  "activations": act, "communication_buffers": buf, "total": total,
-                 "inflight_microbatches_peak": tl.inflight_peak[c.id]}
+                 "inflight_peak": tl.inflight_peak[c.id],
+                 "inflight_microbatches_peak": tl.inflight_peak[c.id] / sched.chunks}
         if c.stage not in seen_stage or total > seen_stage[c.stage]["total"]:
             seen_stage[c.stage] = entry
         peak_mem = max(peak_mem, total)
@@ -135,6 +137,8 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
         "memory_shortfall_bytes": max(0.0, peak_mem - cap),
         "num_devices": world,
         "num_microbatches": m,
+        "schedule": sched.name,
+        "model_stages": sched.num_stages,
         "device": dev.key,
         "precision": sc.training.precision,
         "breakdown": {

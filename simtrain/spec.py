@@ -50,6 +50,9 @@ class ParallelSpec:
     overlap_param_gather: bool = False
     bucket_size_params: int = 40_000_000
     layers_per_stage: Optional[tuple] = None
+    first_stage_layers: Optional[int] = None
+    last_stage_layers: Optional[int] = None
+    vpp: int = 1                    # model chunks per rank for interleaved_1f1b
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,9 @@ def _join(path, key):
 
 
 def parse_value(value, kind, path, errs):
+    if isinstance(kind, str) and kind.endswith("?"):
+        # optional value: absent (None) stays None
+        return None if value is None else parse_value(value, kind[:-1], path, errs)
     if kind in PARSERS:
         try:
             return PARSERS[kind](value)

@@ -55,6 +55,34 @@ class LayerProgram:
     forward: tuple         # items: tuple[Op, ...] (a compute segment) or Comm
     backward: tuple        # items in execution order; segments hold B and W ops
     recompute: tuple       # items run before backward (full: the whole forward; selective: core attention)
+    backward_input: tuple = ()    # the B part alone: `backward` without its W ops (communication kept)
+    backward_weight: tuple = ()   # the W part alone: one segment of the weight-gradient ops
+    weight_grad_inputs: float = 0.0   # bytes a deferred W keeps alive: each wgrad GEMM's input and output gradient
+
+
+def with_split(lp: LayerProgram, hidden: int = 0, seq_shard: int = 1) -> LayerProgram:
+    """Fills the B / W split of a layer program (for schedules that defer W, Qi et al. ICLR'24).
+
+    A weight-gradient GEMM dW = X^T dY (shape k x n x m, m = tokens) needs the layer input X
+    (m x k) and the output gradient dY (m x n), so deferring it keeps 2·m·(k + n) bytes alive.
+    Worked example (GPT, no TP, T tokens): qkv T(h+3h) + attn_out T(h+h) + fc1 T(h+4h) +
+    fc2 T(4h+h) = 16·T·h elements, 32·T·h bytes (the paper's M_W = 32sbh, Table 1).
+    With sequence parallelism a hidden-size-wide tensor is kept sequence-sharded (1/seq_shard) and
+    gathered again for the wgrad GEMM, as Megatron does, so those terms divide by tp."""
+    b_items, w_ops = [], []
+    for it in lp.backward:
+        if isinstance(it, Comm):
+            b_items.append(it)
+            continue
+        b = tuple(o for o in it if o.phase != "W")
+        w_ops += [o for o in it if o.phase == "W"]
+        if b:
+            b_items.append(b)
+    def width(d):
+        return d / seq_shard if d == hidden else d
+    kept = sum(ACT_BYTES * o.shape[2] * (width(o.shape[0]) + width(o.shape[1])) for o in w_ops if o.kind == "gemm")
+    return LayerProgram(lp.forward, lp.backward, lp.recompute, tuple(b_items),
+                        (tuple(w_ops),) if w_ops else (), kept)
 
 
 @dataclass(frozen=True)
@@ -70,6 +98,17 @@ class StageWork:
     act_bytes_pre: float
     act_bytes_post: float
     act_working_bytes: float      # transient peak while one layer's backward runs
+
+    @property
+    def act_bytes(self) -> float:
+        """Activation bytes one microbatch leaves stored on this stage between its F and backward."""
+        return self.act_bytes_per_layer * self.num_layers + self.act_bytes_pre + self.act_bytes_post
+
+    @property
+    def weight_grad_bytes(self) -> float:
+        """Bytes a deferred W keeps alive after B (inputs and output gradients of the wgrad GEMMs)."""
+        return self.num_layers * self.layer.weight_grad_inputs + sum(
+            x.weight_grad_inputs for x in (self.pre, self.post) if x is not None)
 
 
 def padded_vocab(vocab: int, tp: int, divisible_by: int) -> int:
@@ -176,7 +215,7 @@ class _Builder:
             recompute = (tuple(_as_recompute(o) for o in core_f),)
         else:
             recompute = ()
-        return LayerProgram(fwd_items, bwd_items, recompute)
+        return with_split(LayerProgram(fwd_items, bwd_items, recompute), h, t if self.sp else 1)
 
     def attention_core(self, heads):
         b, s, d = self.b, self.s, self.d
@@ -201,7 +240,7 @@ class _Builder:
         e = self.T * self.h
         f = (self.mem("embedding", ACT_BYTES * e * (2 if self.gpt else 1)),)   # word (+ position) lookup
         b = (self.mem("embedding.bwd", 4 * e * (2 if self.gpt else 1), "W"),)   # scatter-add into fp32 grads
-        return LayerProgram((f,), (b,), ())
+        return with_split(LayerProgram((f,), (b,), ()), self.h, self.tp if self.sp else 1)
 
     def head(self) -> LayerProgram:
         t, T, h, V = self.tp, self.T, self.h, self.V
@@ -222,7 +261,7 @@ class _Builder:
             items_b.append(Comm("tp", "reduce_scatter" if self.sp else "all_reduce", msg, "tp_head_grad"))
         items_f.append((lm, ce))
         items_b.append((normb,))
-        return LayerProgram(tuple(items_f), tuple(items_b), ())
+        return with_split(LayerProgram(tuple(items_f), tuple(items_b), ()), h, t if self.sp else 1)
 
     # -- parameters and activations -----------------------------------------------------------
     def layer_params(self) -> float:
@@ -273,38 +312,50 @@ def _as_recompute(item):
     return tuple(_as_recompute(o) for o in item)
 
 
-def stage_layer_counts(sc: Scenario) -> tuple:
+def stage_layer_counts(sc: Scenario, num_stages: int) -> tuple:
+    """Layers of each model stage: `parallel.layers_per_stage` as given, else Megatron's
+    first/last-stage counts with the rest spread evenly, else an even split (validated on load)."""
     p = sc.parallel
     if p.layers_per_stage is not None:
         return tuple(p.layers_per_stage)
-    return tuple([sc.model.num_layers // p.pp] * p.pp)
+    L, S = sc.model.num_layers, num_stages
+    first, last = p.first_stage_layers, p.last_stage_layers
+    fixed = [x for x in (first, last) if x is not None]
+    rest = S - len(fixed)
+    each = (L - sum(fixed)) // rest if rest else 0
+    counts = [each] * S
+    if first is not None:
+        counts[0] = first
+    if last is not None:
+        counts[-1] = last
+    return tuple(counts)
 
 
-def build_workload(sc: Scenario) -> tuple:
-    """One StageWork per pipeline stage."""
+def build_workload(sc: Scenario, num_stages: int | None = None) -> tuple:
+    """One StageWork per model stage (pp of them, or pp x chunks for multi-chunk schedules)."""
     bld = _Builder(sc)
     layer = bld.layer()
-    counts = stage_layer_counts(sc)
+    S = num_stages or sc.parallel.pp
+    counts = stage_layer_counts(sc, S)
     lp = bld.layer_params()
     emb_params = bld.V * bld.h / bld.tp + (sc.model.seq_length * bld.h if bld.gpt else 0)
     head_params = bld.V * bld.h / bld.tp + (2 if bld.gpt else 1) * bld.h
     act = bld.act_per_layer(sc.training.recompute)
     working = bld.act_per_layer("none") if sc.training.recompute == "full" else 0.0
-    pp = sc.parallel.pp
     out = []
     for s, n in enumerate(counts):
         params = n * lp
         if s == 0:
             params += emb_params
-        if s == pp - 1:
-            # Megatron keeps a copy of tied word embeddings on the last stage when pp > 1
-            params += head_params if (not sc.model.tie_embeddings or pp > 1) else (2 if bld.gpt else 1) * bld.h
+        if s == S - 1:
+            # Megatron keeps a copy of tied word embeddings on the last stage when it is a different one
+            params += head_params if (not sc.model.tie_embeddings or S > 1) else (2 if bld.gpt else 1) * bld.h
         out.append(StageWork(
             stage=s, num_layers=n, layer=layer,
-            pre=bld.embedding() if s == 0 else None, post=bld.head() if s == pp - 1 else None,
+            pre=bld.embedding() if s == 0 else None, post=bld.head() if s == S - 1 else None,
             params=params, layer_params=lp, act_bytes_per_layer=act,
             act_bytes_pre=bld.act_pre() if s == 0 else 0.0,
-            act_bytes_post=bld.act_post() if s == pp - 1 else 0.0,
+            act_bytes_post=bld.act_post() if s == S - 1 else 0.0,
             act_working_bytes=working,
         ))
     return tuple(out)

@@ -55,15 +55,15 @@ def test_static_memory_megatron_table(tmp_path, fast_topology):
     sc, _ = load_scenario(small_scenario(tmp_path, fast_topology, parallel={"tp": 1, "pp": 1, "dp": 4},
                                          training={"global_batch_size": 8}))
     w = build_workload(sc)[0]
-    st = static_memory(sc, w)
+    st = static_memory(sc, w.params)
     assert (st["weights"], st["gradients"], st["optimizer"]) == pytest.approx((2 * w.params, 4 * w.params, 12 * w.params))
     sc1, _ = load_scenario(small_scenario(tmp_path, fast_topology, parallel={"tp": 1, "pp": 1, "dp": 4, "zero_stage": 1},
                                           training={"global_batch_size": 8}))
-    st1 = static_memory(sc1, w)
+    st1 = static_memory(sc1, w.params)
     assert st1["optimizer"] == pytest.approx(12 * w.params / 4)
     sc3, _ = load_scenario(small_scenario(tmp_path, fast_topology, parallel={"tp": 1, "pp": 1, "dp": 4, "zero_stage": 3},
                                           training={"global_batch_size": 8}))
-    st3 = static_memory(sc3, w)
+    st3 = static_memory(sc3, w.params)
     assert sum(st3.values()) == pytest.approx(18 * w.params / 4)
 
 
