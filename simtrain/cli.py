@@ -1,4 +1,4 @@
-"""Command line: `simtrain run | check | list`.
+"""Command line: `simtrain run | compare | check | schedule | list`.
 
 Errors from any pipeline stage are printed as `<file>: <key.path>: <problem>; <fix>` lines without
 a traceback, and the process exits with code 2. Output files are written atomically (temporary
@@ -88,10 +88,10 @@ def cmd_check(args) -> int:
     from simtrain.simulate import comm_buffers, static_memory
     from simtrain.workload import build_workload
     from simtrain.devices import get_device
-    from simtrain.schedules import build_schedule
+    from simtrain.schedules import schedule_for
     sc, topo = _load(args)
     p = sc.parallel
-    sched = build_schedule(p.schedule, p.pp, sc.num_microbatches, p.vpp)
+    sched = schedule_for(p, sc.num_microbatches)
     work = build_workload(sc, sched.num_stages)
     dev = get_device(sc.cluster.device)
     lp = work[0].layer_params
@@ -139,6 +139,41 @@ def cmd_list(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from simtrain.compare import figure, run_variants, table, to_csv
+    from simtrain.results import write_atomic
+    rows = run_variants(args.scenario, args.set)
+    print(f"simtrain {__version__} — compare {args.scenario}")
+    print(table(rows))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / "compare.csv", to_csv(rows).encode())
+        if any(r.result for r in rows):
+            figure(rows, out / "compare.png", f"{Path(args.scenario).name}: pipeline timelines (one representative rank per pipeline stage)")
+        print(f"\n  wrote {args.out}/: compare.csv" + (" compare.png" if any(r.result for r in rows) else ""))
+    bad = [r for r in rows if r.error]
+    if bad:
+        print(f"\n  {len(bad)} of {len(rows)} variants are invalid (see their rows)", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_schedule(args) -> int:
+    from simtrain.schedules import schedule_for
+    from simtrain.schedules.csvio import to_csv
+    from simtrain.results import write_atomic
+    sc, _ = _load(args)
+    s = schedule_for(sc.parallel, sc.num_microbatches)
+    print(f"{s.name}: pp {s.pp}, {s.microbatches} microbatches, {s.num_stages} model stages "
+          f"({s.chunks} chunk{'s' if s.chunks > 1 else ''} per rank); action = <chunk><kind><microbatch>, '&' = overlapped with the next")
+    print(s.table())
+    if args.csv:
+        write_atomic(Path(args.csv), to_csv(s).encode())
+        print(f"\n  wrote {args.csv} (torchtitan / torch.distributed.pipelining CSV)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="simtrain", description="Discrete-event simulator of large-model training clusters.")
     ap.add_argument("--version", action="version", version=f"simtrain {__version__}")
@@ -149,6 +184,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     r.add_argument("--out", metavar="DIR", help="write result.json, scenario.resolved.yaml, trace.json, timeline.png")
     r.set_defaults(fn=cmd_run)
+    cp = sub.add_parser("compare", help="simulate variants of a scenario (sweep keys with comma-separated values) and compare them")
+    cp.add_argument("scenario")
+    cp.add_argument("--set", action="append", metavar="KEY.PATH=V1,V2,...", help="a value, or a comma-separated sweep (repeatable: cartesian product)")
+    cp.add_argument("--out", metavar="DIR", help="write compare.csv and compare.png")
+    cp.set_defaults(fn=cmd_compare)
+    sh = sub.add_parser("schedule", help="print the scenario's pipeline schedule per rank; export it as torchtitan CSV")
+    sh.add_argument("scenario")
+    sh.add_argument("--set", action="append", metavar="KEY.PATH=VALUE")
+    sh.add_argument("--csv", metavar="FILE", help="write the schedule in torchtitan's CSV action format")
+    sh.set_defaults(fn=cmd_schedule)
     c = sub.add_parser("check", help="validate a scenario without simulating")
     c.add_argument("scenario")
     c.add_argument("--set", action="append", metavar="KEY.PATH=VALUE")

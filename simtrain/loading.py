@@ -55,7 +55,8 @@ PARALLEL = {
     "layers_per_stage": ("any", False, None),
     "first_stage_layers": ("posint?", False, None),
     "last_stage_layers": ("posint?", False, None),
-    "vpp": ("posint", False, 1),
+    "vpp": ("posint?", False, None),
+    "schedule_csv": ("str?", False, None),
 }
 
 CLUSTER = {
@@ -226,8 +227,23 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
             except ConfigError as e:
                 errs.problems.extend(e.problems)
             cluster["topology"] = str(tfile)
+    if parallel.get("schedule_csv"):
+        from simtrain.schedules.csvio import read_csv
+        if "schedule" in (raw.get("parallel") or {}):
+            errs.add("parallel.schedule", "given together with parallel.schedule_csv", "keep one: a registered schedule name or a CSV file")
+        f = Path(parallel["schedule_csv"])
+        f = f if f.is_absolute() else (base / f)
+        try:
+            parallel["_csv_schedule"] = read_csv(f)
+            parallel["schedule_csv"] = str(f.resolve())
+            parallel["schedule"] = parallel["_csv_schedule"].name
+        except ConfigError as e:
+            errs.problems.extend(e.problems)
     _check_plan(model, training, parallel, cluster, topo, errs)
     errs.raise_if_any()
+    parallel.pop("_csv_schedule", None)
+    if parallel.get("vpp") is None:
+        parallel["vpp"] = 2 if parallel.get("schedule") == "interleaved_1f1b" else 1
 
     lps = parallel.pop("layers_per_stage")
     sc = Scenario(
@@ -239,12 +255,39 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
     return sc, topo
 
 
+class _CsvDef:
+    """A schedule read from a CSV file, seen through the same checks as a registered one."""
+
+    def __init__(self, s):
+        self.s = s
+        self.name = s.name
+
+    def num_stages(self, pp, vpp):
+        return self.s.num_stages
+
+    def check(self, pp, m, vpp):
+        out = []
+        if pp != self.s.pp:
+            out.append(("parallel.schedule_csv", f"the schedule has {self.s.pp} rows, the plan pp={pp}", f"set pp to {self.s.pp} or add rows"))
+        if m != self.s.microbatches:
+            out.append(("parallel.schedule_csv", f"the schedule runs {self.s.microbatches} microbatches, the plan {m}",
+                        f"set global_batch_size so that global_batch_size / (micro_batch_size x dp) = {self.s.microbatches}"))
+        return out
+
+
 def _check_stages(p, L, training, errs: Collector) -> None:
     """Layer split over the schedule's model stages, and the schedule's own rules (microbatch
     count, vpp), all before anything is simulated."""
     from simtrain.schedules import SCHEDULES
     d = SCHEDULES.get(p.get("schedule"))
     pp, vpp = p.get("pp"), p.get("vpp")
+    if vpp is None and d is not None:
+        # interleaving without an explicit vpp uses 2 chunks per rank; everything else one
+        vpp = p["vpp"] = 2 if d.name == "interleaved_1f1b" else 1
+    csv_sched = p.get("_csv_schedule")
+    if csv_sched is not None:
+        d = _CsvDef(csv_sched)
+        vpp = vpp or 1
     if d is None or not pp or not vpp:
         return
     if vpp > 1 and d.name != "interleaved_1f1b":
@@ -285,7 +328,7 @@ def _check_stages(p, L, training, errs: Collector) -> None:
 def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> None:
     from simtrain.schedules import SCHEDULES
     p = parallel
-    if p.get("schedule") is not None and p["schedule"] not in SCHEDULES:
+    if p.get("schedule") is not None and p["schedule"] not in SCHEDULES and not p.get("schedule_csv"):
         errs.add("parallel.schedule", f"unknown schedule {p['schedule']!r}", f"use one of: {', '.join(SCHEDULES)}")
     if p.get("cp") not in (None, 1):
         errs.add("parallel.cp", "context parallelism (cp > 1) is not simulated by this version", "set `cp: 1`")

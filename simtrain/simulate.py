@@ -18,7 +18,7 @@ from simtrain.devices import get_device
 from simtrain.parallel import RankGrid, equivalence_classes
 from simtrain.program import Lowering
 from simtrain.results import attribute, KINDS
-from simtrain.schedules import build_schedule
+from simtrain.schedules import schedule_for
 from simtrain.spec import Scenario
 from simtrain.topology import Topology
 from simtrain.workload import ACT_BYTES, build_workload, hardware_flops_per_step, model_flops_per_step
@@ -74,7 +74,7 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
     p = sc.parallel
     dev = get_device(sc.cluster.device)
     m = sc.num_microbatches
-    sched = build_schedule(p.schedule, p.pp, m, p.vpp)
+    sched = schedule_for(p, m)
     work = build_workload(sc, sched.num_stages)
     grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
     classes = equivalence_classes(grid, topo)

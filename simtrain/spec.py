@@ -53,6 +53,7 @@ class ParallelSpec:
     first_stage_layers: Optional[int] = None
     last_stage_layers: Optional[int] = None
     vpp: int = 1                    # model chunks per rank for interleaved_1f1b
+    schedule_csv: Optional[str] = None   # a torchtitan-format CSV schedule (absolute path once loaded)
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,11 @@ class Scenario:
         d = asdict(self)
         d.pop("source_file")
         d["cluster"]["topology"] = d["cluster"].pop("topology_file")
+        for k in ("first_stage_layers", "last_stage_layers", "schedule_csv"):
+            if d["parallel"][k] is None:
+                d["parallel"].pop(k)
+        if d["parallel"].get("schedule_csv"):
+            d["parallel"].pop("schedule")
         if d["parallel"]["layers_per_stage"] is not None:
             d["parallel"]["layers_per_stage"] = list(d["parallel"]["layers_per_stage"])
         else:

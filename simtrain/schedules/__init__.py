@@ -155,6 +155,14 @@ def build_schedule(name: str, pp: int, m: int, vpp: int = 1) -> Schedule:
     return sched
 
 
+def schedule_for(parallel, m: int) -> Schedule:
+    """The scenario's schedule: a registered builder, or the CSV file it names."""
+    if parallel.schedule_csv:
+        from simtrain.schedules.csvio import read_csv
+        return read_csv(parallel.schedule_csv)
+    return build_schedule(parallel.schedule, parallel.pp, m, parallel.vpp)
+
+
 def validate(s: Schedule) -> None:
     """Raises ScheduleError unless the schedule is complete, consistent and deadlock-free."""
     pp, m = s.pp, s.microbatches

@@ -1,0 +1,123 @@
+"""Schedule interchange with PyTorch / torchtitan's pipeline runtime CSV format.
+
+Format (torch.distributed.pipelining `_PipelineScheduleRuntime._load_csv` / `_dump_csv`, as
+torchtitan's `pipeline_parallel_schedule_csv` reads it): one row per pipeline rank, no header,
+comma-separated actions in execution order, an empty cell for an idle slot. An action is
+`<stage><type><microbatch>`, where stage is the global model-stage index (not the rank) and type
+is F (forward), I (input-gradient backward, simtrain's B), W (weight gradient) or B (full
+backward, simtrain's BW); e.g. `0F3`, `5I1`, `5W1`, `2B0`. An overlapped forward/backward pair
+is written `(0F2;7B1)OVERLAP_F_B`. Communication and sharding actions (SEND_F, RECV_F, SEND_B,
+RECV_B, UNSHARD, RESHARD, REDUCE_GRAD) are accepted on import and skipped: simtrain derives its
+own communication from the compute order.
+
+Worked example: 1F1B on 2 ranks with 2 microbatches exports as
+    0F0,0F1,0B0,0B1
+    1F0,1B0,1F1,1B1
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from simtrain.errors import ConfigError, Problem, ScheduleError
+from simtrain.schedules import Action, Schedule, validate
+
+TO_CSV = {"F": "F", "B": "I", "W": "W", "BW": "B"}
+FROM_CSV = {v: k for k, v in TO_CSV.items()}
+_ACTION = re.compile(r"^(\d+)(F|I|W|B)(\d+)$")
+_OVERLAP = re.compile(r"^\((.*)\)OVERLAP_F_B$")
+_COMM = re.compile(r"^(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)(\d*)$")
+
+
+def to_csv(s: Schedule) -> str:
+    held = [st for row in s.stage_of for st in row]
+    if len(held) != len(set(held)):
+        raise ScheduleError(f"schedule {s.name} holds some model stages on two ranks (parameters twice); the CSV "
+                            f"format names a stage by its index, so it cannot express that; export dualpipev instead")
+    lines = []
+    for r, acts in enumerate(s.actions):
+        cells = []
+        i = 0
+        while i < len(acts):
+            a = acts[i]
+            cell = f"{s.stage_of[r][a.chunk]}{TO_CSV[a.kind]}{a.microbatch}"
+            if a.overlap_next:
+                b = acts[i + 1]
+                cell = f"({cell};{s.stage_of[r][b.chunk]}{TO_CSV[b.kind]}{b.microbatch})OVERLAP_F_B"
+                i += 1
+            cells.append(cell)
+            i += 1
+        lines.append(",".join(cells))
+    return "\n".join(lines) + "\n"
+
+
+def read_csv(path, key: str = "parallel.schedule_csv") -> Schedule:
+    """Parses a CSV schedule; every problem becomes one ConfigError naming file, row and cell."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError([Problem(str(path), key, f"cannot read the schedule file ({e.strerror})", "check the path")])
+    problems = []
+    rows = []
+    for ln, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        row = []
+        for col, cell in enumerate(line.split(","), 1):
+            cell = cell.strip()
+            if not cell or _COMM.match(cell):
+                continue
+            m = _OVERLAP.match(cell)
+            parts = m.group(1).split(";") if m else [cell]
+            parsed = []
+            for part in parts:
+                pm = _ACTION.match(part.strip())
+                if not pm:
+                    problems.append(Problem(str(path), f"row {ln}, cell {col}", f"{part.strip()!r} is not an action",
+                                            "write <stage><F|I|W|B><microbatch>, e.g. 0F3, or (0F2;7B1)OVERLAP_F_B"))
+                    break
+                parsed.append((int(pm.group(1)), FROM_CSV[pm.group(2)], int(pm.group(3))))
+            else:
+                if m and len(parsed) != 2:
+                    problems.append(Problem(str(path), f"row {ln}, cell {col}", f"an OVERLAP_F_B cell holds {len(parsed)} actions",
+                                            "pair exactly two, e.g. (0F2;7B1)OVERLAP_F_B"))
+                    continue
+                row.append(parsed)
+        rows.append(row)
+    if not rows and not problems:
+        problems.append(Problem(str(path), "", "the schedule file has no rows", "write one row of actions per pipeline rank"))
+    if problems:
+        raise ConfigError(problems)
+    rank_of: dict = {}
+    for r, row in enumerate(rows):
+        for cell in row:
+            for st, _, _ in cell:
+                if rank_of.setdefault(st, r) != r:
+                    raise ConfigError([Problem(str(path), f"row {r + 1}", f"stage {st} also appears on row {rank_of[st] + 1}",
+                                               "each model stage lives on one rank")])
+    S = max(rank_of) + 1
+    missing = [k for k in range(S) if k not in rank_of]
+    if missing:
+        raise ConfigError([Problem(str(path), "", f"stages {missing} never appear", f"number the stages 0..{S - 1} without gaps")])
+    stage_of = tuple(tuple(sorted(k for k, r in rank_of.items() if r == rank)) for rank in range(len(rows)))
+    empty = [r + 1 for r, held in enumerate(stage_of) if not held]
+    if empty:
+        raise ConfigError([Problem(str(path), f"rows {empty}", "hold no stage", "give every pipeline rank at least one stage")])
+    chunk_of = {k: (r, row.index(k)) for r, row in enumerate(stage_of) for k in row}
+    route = tuple(chunk_of[k] for k in range(S))
+    actions = []
+    for r, row in enumerate(rows):
+        acts = []
+        for cell in row:
+            for j, (st, kind, mb) in enumerate(cell):
+                acts.append(Action(kind, mb, chunk_of[st][1], overlap_next=(len(cell) == 2 and j == 0)))
+        actions.append(tuple(acts))
+    m = 1 + max((a.microbatch for acts in actions for a in acts), default=-1)
+    s = Schedule(name=f"csv:{path.stem}", pp=len(rows), microbatches=m, actions=tuple(actions),
+                 stage_of=stage_of, routes=(route,), route_of=(0,) * m)
+    try:
+        validate(s)
+    except ScheduleError as e:
+        raise ConfigError([Problem(str(path), "", str(e), "fix the schedule rows")])
+    return s
