@@ -243,7 +243,8 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
     errs.raise_if_any()
     parallel.pop("_csv_schedule", None)
     if parallel.get("vpp") is None:
-        parallel["vpp"] = 2 if parallel.get("schedule") == "interleaved_1f1b" else 1
+        d = _schedule_defs().get(parallel.get("schedule"))
+        parallel["vpp"] = (d.default_vpp if d else 0) or 1
 
     lps = parallel.pop("layers_per_stage")
     sc = Scenario(
@@ -253,6 +254,11 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
         network=NetworkSpec(**network), seed=seed, source_file=str(path),
     )
     return sc, topo
+
+
+def _schedule_defs() -> dict:
+    from simtrain.schedules import SCHEDULES
+    return SCHEDULES
 
 
 class _CsvDef:
@@ -282,17 +288,18 @@ def _check_stages(p, L, training, errs: Collector) -> None:
     d = SCHEDULES.get(p.get("schedule"))
     pp, vpp = p.get("pp"), p.get("vpp")
     if vpp is None and d is not None:
-        # interleaving without an explicit vpp uses 2 chunks per rank; everything else one
-        vpp = p["vpp"] = 2 if d.name == "interleaved_1f1b" else 1
+        # a schedule that takes vpp (interleaving) has its own default; everything else one chunk
+        vpp = p["vpp"] = d.default_vpp or 1
     csv_sched = p.get("_csv_schedule")
     if csv_sched is not None:
         d = _CsvDef(csv_sched)
         vpp = vpp or 1
     if d is None or not pp or not vpp:
         return
-    if vpp > 1 and d.name != "interleaved_1f1b":
-        errs.add("parallel.vpp", f"vpp={vpp} applies only to interleaved_1f1b, not {d.name}",
-                 "remove vpp, or set `schedule: interleaved_1f1b`")
+    if vpp > 1 and not getattr(d, "default_vpp", 0):
+        takes = ", ".join(k for k, v in SCHEDULES.items() if v.default_vpp)
+        errs.add("parallel.vpp", f"vpp={vpp} applies only to {takes}, not {d.name}",
+                 f"remove vpp, or use one of: {takes}")
         return
     S = d.num_stages(pp, vpp)
     what = f"{S} model stages ({d.name} on pp={pp}" + (f", vpp={vpp}" if vpp > 1 else "") + ")"

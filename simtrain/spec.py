@@ -52,7 +52,7 @@ class ParallelSpec:
     layers_per_stage: Optional[tuple] = None
     first_stage_layers: Optional[int] = None
     last_stage_layers: Optional[int] = None
-    vpp: int = 1                    # model chunks per rank for interleaved_1f1b
+    vpp: int = 1                    # model chunks per rank (schedules that take it: interleaved_1f1b)
     schedule_csv: Optional[str] = None   # a torchtitan-format CSV schedule (absolute path once loaded)
 
 

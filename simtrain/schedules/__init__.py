@@ -117,16 +117,16 @@ class ScheduleDef:
     build: Callable         # (pp, m, vpp) -> Schedule
     num_stages: Callable    # (pp, vpp) -> number of model stages
     check: Callable         # (pp, m, vpp) -> list of (key path, problem, fix); empty when fine
-    params_copies: int = 1  # how many copies of the model the pipeline holds (DualPipe: 2)
+    default_vpp: int = 0    # 0: the schedule takes no vpp; else the chunks per rank when vpp is not given
 
 
 SCHEDULES: dict = {}
 
 
-def register(name: str, source: str, num_stages=None, check=None, params_copies: int = 1):
+def register(name: str, source: str, num_stages=None, check=None, default_vpp: int = 0):
     def deco(fn):
         SCHEDULES[name] = ScheduleDef(name, source, fn, num_stages or (lambda pp, vpp: pp),
-                                      check or (lambda pp, m, vpp: []), params_copies)
+                                      check or (lambda pp, m, vpp: []), default_vpp)
         return fn
     return deco
 

@@ -46,7 +46,7 @@ def _interleaved_check(pp: int, m: int, vpp: int) -> list:
 @register("interleaved_1f1b",
           "Narayanan et al. SC'21 §2.2.2 and Megatron-LM's interleaved schedule: rank r holds chunks c·pp + r; "
           "forwards go in groups of pp microbatches per chunk; (pp-r-1)·2 + (vpp-1)·pp warm-up forwards",
-          num_stages=lambda pp, vpp: pp * vpp, check=_interleaved_check)
+          num_stages=lambda pp, vpp: pp * vpp, check=_interleaved_check, default_vpp=2)
 def interleaved_1f1b(pp: int, m: int, vpp: int):
     """The k-th forward of a rank runs chunk (k // pp) % v on microbatch (k // (pp·v))·pp + k % pp;
     the k-th backward runs chunk v-1-(k // pp) % v on the same microbatch formula.

@@ -103,7 +103,7 @@ def _check_dualpipe(pp: int, m: int, vpp: int) -> list:
 
 
 @register("dualpipe", "DeepSeek-V3 Technical Report (arXiv:2412.19437) §3.2.1, Table 2; deepseek-ai/DualPipe phase structure",
-          num_stages=lambda pp, vpp: pp, check=_check_dualpipe, params_copies=2)
+          num_stages=lambda pp, vpp: pp, check=_check_dualpipe)
 def dualpipe(pp: int, m: int, vpp: int = 1):
     n, half = pp // 2, m // 2
     acts = []
