@@ -1,8 +1,8 @@
 """The whole pipeline for one training step: Scenario -> StepResult dict.
 
-    workload = build_workload(scenario)                 per-stage operator templates
+    schedule = schedule_for(parallel, microbatches)     per-rank actions, chunks, routes; validated
+    workload = build_workload(scenario, num_stages)     per-model-stage operator templates
     classes  = equivalence_classes(grid, topology)      ranks that behave identically, once each
-    schedule = build_schedule(name, pp, microbatches)   per-stage actions, validated
     ops      = Lowering(...).lower()                    per-class programs on streams
     timeline = engine.run(ops)                          SimPy
     result   = summarize(...)                           attribution, memory, MFU

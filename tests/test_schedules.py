@@ -149,10 +149,12 @@ def test_interleaved_bubble(tmp_path, fast_topology, m, v):
 
 @pytest.mark.parametrize("tf,tb,tw", [(1.0, 1.0, 1.0), (1.0, 1.5, 0.7), (1.2, 2.0, 1.0)])
 def test_zb_h1_bubble(tmp_path, fast_topology, tf, tb, tw):
-    """ZB-H1 (Qi et al. ICLR'24 Table 2): bubble (p-1)(T_F + T_B - T_W) against 1F1B's
-    (p-1)(T_F + T_B + T_W), for T_W <= T_F (the paper's setting). Derivation: the B wave returns
-    at T_B per stage (W is not on the critical path), and each rank's W's fill all of the gap but
-    one T_W per stage... The step is m(T_F+T_B+T_W) + bubble on every rank."""
+    """ZB-H1 (Qi et al. ICLR'24 §3.1, Table 2): bubble (p-1)(T_F + T_B - T_W) against 1F1B's
+    (p-1)(T_F + T_B + T_W), for T_W <= T_F (the paper's setting). Derivation: 1F1B idles (p-1) hops
+    of F + B + W. With W split off, the backward wave returns at T_B per hop instead of T_B + T_W
+    (saving (p-1)T_W), and each rank slots its deferred W's into the waits a forward leaves,
+    which a W fits into while T_W <= T_F (saving another (p-1)T_W). Every rank still does
+    m(T_F + T_B + T_W) of work, so the step is that plus the bubble, on every rank."""
     p, m, L = 4, 8, 8
     per = L / p * 1e-3
     F, B, W = tf * per, tb * per, tw * per
