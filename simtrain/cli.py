@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 from pathlib import Path
@@ -163,13 +164,19 @@ def cmd_schedule(args) -> int:
     from simtrain.schedules import schedule_for
     from simtrain.schedules.csvio import to_csv
     from simtrain.results import write_atomic
+    from simtrain.errors import ConfigError, Problem, ScheduleError
     sc, _ = _load(args)
     s = schedule_for(sc.parallel, sc.num_microbatches)
+    if args.csv:
+        try:
+            text = to_csv(s)
+        except ScheduleError as e:
+            raise ConfigError([Problem(str(args.scenario), "parallel.schedule", str(e).split("; ")[0], "; ".join(str(e).split("; ")[1:]))])
     print(f"{s.name}: pp {s.pp}, {s.microbatches} microbatches, {s.num_stages} model stages "
           f"({s.chunks} chunk{'s' if s.chunks > 1 else ''} per rank); action = <chunk><kind><microbatch>, '&' = overlapped with the next")
     print(s.table())
     if args.csv:
-        write_atomic(Path(args.csv), to_csv(s).encode())
+        write_atomic(Path(args.csv), text.encode())
         print(f"\n  wrote {args.csv} (torchtitan / torch.distributed.pipelining CSV)")
     return 0
 
@@ -211,6 +218,13 @@ def main(argv=None) -> int:
     except SimtrainError as e:
         print(str(e), file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # output piped into e.g. `head`, which closed early: not an error of the run
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
     except KeyboardInterrupt:
         print("interrupted; files already written are complete, nothing half-written was left", file=sys.stderr)
         return 130

@@ -104,7 +104,7 @@ def _model_from_hf(path: Path, errs: Collector) -> dict:
     herr = Collector(str(path))
     try:
         cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         errs.add("model.hf_config", f"cannot read {path} as JSON ({e})", "point it at a Hugging Face config.json")
         return {}
     for moe in ("num_local_experts", "n_routed_experts", "num_experts", "moe_intermediate_size"):
@@ -183,6 +183,9 @@ def load_scenario(path, overrides=()) -> tuple[Scenario, Topology]:
     except OSError as e:
         errs.add("", f"cannot read the file ({e.strerror})", "check the path")
         errs.raise_if_any()
+    except UnicodeDecodeError:
+        errs.add("", "is not a UTF-8 text file", "give the path of a YAML scenario")
+        errs.raise_if_any()
     except yaml.YAMLError as e:
         errs.add("", f"not valid YAML ({str(e).splitlines()[0]})", "fix the YAML syntax")
         errs.raise_if_any()
@@ -229,8 +232,6 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
             cluster["topology"] = str(tfile)
     if parallel.get("schedule_csv"):
         from simtrain.schedules.csvio import read_csv
-        if "schedule" in (raw.get("parallel") or {}):
-            errs.add("parallel.schedule", "given together with parallel.schedule_csv", "keep one: a registered schedule name or a CSV file")
         f = Path(parallel["schedule_csv"])
         f = f if f.is_absolute() else (base / f)
         try:
@@ -291,6 +292,8 @@ def _check_stages(p, L, training, errs: Collector) -> None:
         # a schedule that takes vpp (interleaving) has its own default; everything else one chunk
         vpp = p["vpp"] = d.default_vpp or 1
     csv_sched = p.get("_csv_schedule")
+    if p.get("schedule_csv") and csv_sched is None:
+        return      # the CSV itself did not load; its errors are already reported
     if csv_sched is not None:
         d = _CsvDef(csv_sched)
         vpp = vpp or 1
@@ -318,7 +321,7 @@ def _check_stages(p, L, training, errs: Collector) -> None:
         fixed = [x for x in (first, last) if x is not None]
         rest = S - len(fixed)
         left = L - sum(fixed)
-        if rest < 1 or left < rest or left % rest:
+        if (rest == 0 and left != 0) or (rest > 0 and (left < rest or left % rest)):
             key = "parallel.first_stage_layers" if first is not None else "parallel.last_stage_layers"
             errs.add(key, f"leaves {left} layers for the other {rest} of {what}, which does not split evenly into stages of >= 1 layer",
                      "adjust the first/last counts so the remaining layers divide evenly, or give parallel.layers_per_stage")

@@ -49,6 +49,8 @@ class RankClass:
     link_next: str | None
     pp_wrap: int | None = None    # first rank <-> last rank of the pp group (interleaved schedules wrap)
     link_wrap: str | None = None
+    pp_mirror: int | None = None  # the rank at stage pp-1-s of the pp group (DualPipe's twin), when asked for
+    link_mirror: str | None = None
 
     @property
     def multiplicity(self) -> int:
@@ -110,7 +112,9 @@ def placement(grid: RankGrid, topo: Topology) -> list[int]:
     return list(range(grid.world))
 
 
-def equivalence_classes(grid: RankGrid, topo: Topology, place=None) -> list[RankClass]:
+def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool = False) -> list[RankClass]:
+    """`mirror`: also keep every rank's mirror (stage pp-1-s) consistent, for schedules whose ranks
+    exchange gradients with it."""
     place = place or placement(grid, topo)
     tp_groups, dp_groups, pp_groups = grid.groups("tp"), grid.groups("dp"), grid.groups("pp")
     tp_of, dp_of = grid.group_index(tp_groups), grid.group_index(dp_groups)
@@ -129,15 +133,22 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None) -> list[Rank
         if len(g) > 1:
             wrap[g[0]], wrap[g[-1]] = g[-1], g[0]
     link_wrap = [topo.link_class_name(place[r], place[wrap[r]]) if wrap[r] is not None else None for r in range(grid.world)]
+    mir = [None] * grid.world
+    if mirror:
+        for g in pp_groups:
+            for i, r in enumerate(g):
+                mir[r] = g[len(g) - 1 - i]
+    link_mir = [topo.link_class_name(place[r], place[mir[r]]) if mir[r] is not None else None for r in range(grid.world)]
 
-    sig = [(stage[r], tp_shapes[tp_of[r]], dp_shapes[dp_of[r]], link_prev[r], link_next[r], link_wrap[r]) for r in range(grid.world)]
+    sig = [(stage[r], tp_shapes[tp_of[r]], dp_shapes[dp_of[r]], link_prev[r], link_next[r], link_wrap[r], link_mir[r])
+           for r in range(grid.world)]
     cls = _ids(sig)
     while True:
         tp_ms = [tuple(sorted(Counter(cls[r] for r in g).items())) for g in tp_groups]
         dp_ms = [tuple(sorted(Counter(cls[r] for r in g).items())) for g in dp_groups]
         sig2 = [(cls[r], tp_ms[tp_of[r]], dp_ms[dp_of[r]],
                  cls[prev[r]] if prev[r] is not None else -1, cls[nxt[r]] if nxt[r] is not None else -1,
-                 cls[wrap[r]] if wrap[r] is not None else -1)
+                 cls[wrap[r]] if wrap[r] is not None else -1, cls[mir[r]] if mir[r] is not None else -1)
                 for r in range(grid.world)]
         new = _ids(sig2)
         if max(new) == max(cls):
@@ -159,6 +170,7 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None) -> list[Rank
             pp_next=cls[nxt[r0]] if nxt[r0] is not None else None,
             link_prev=link_prev[r0], link_next=link_next[r0],
             pp_wrap=cls[wrap[r0]] if wrap[r0] is not None else None, link_wrap=link_wrap[r0],
+            pp_mirror=cls[mir[r0]] if mir[r0] is not None else None, link_mirror=link_mir[r0],
         ))
     return out
 

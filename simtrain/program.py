@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simtrain.collectives import collective_time, p2p_time
-from simtrain.parallel import RankClass, RankGrid
+from simtrain.parallel import RankClass
 from simtrain.schedules import Action, Schedule
 from simtrain.spec import Scenario
 from simtrain.topology import Topology
@@ -86,7 +86,6 @@ class Lowering:
         tokens = t.micro_batch_size * sc.model.seq_length
         self.pp_msg = ACT_BYTES * tokens * sc.model.hidden_size / (p.tp if p.sequence_parallel and p.tp > 1 else 1)
         self.algo = sc.network.all_reduce
-        self.grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
         self._seg_cache: dict = {}
         self._coll_cache: dict = {}
         self.pairs: list = []        # (first compute op of each chain) of overlapped pairs
@@ -227,6 +226,7 @@ class _ClassLowering:
     # -- actions ----------------------------------------------------------------------------------
     def forward(self, idx: int, a: Action) -> None:
         low, w = self.low, self.work(a.chunk)
+        edge_ag = self.edge_gather(w, a)
         start = len(low.ops)
         layer_p = w.layer_params
         last = self.items(w.pre.forward, "F", a, []) if w.pre is not None else None
@@ -247,6 +247,8 @@ class _ClassLowering:
         first = next(o for o in low.ops[start:] if o.stream == "compute")
         first.alloc += w.act_bytes
         first.inflight += 1
+        if edge_ag is not None:
+            first.deps.append(edge_ag)
         pos = self.sched.position(self.rank, a.chunk, a.microbatch)
         if pos > 0:
             self.receive(first, a, "F", pos - 1)
@@ -258,6 +260,7 @@ class _ClassLowering:
         low, w = self.low, self.work(a.chunk)
         split = a.kind == "B"
         final = idx == self.final_w.get(a.chunk)
+        edge_ag = self.edge_gather(w, a)
         start = len(low.ops)
         tr = w.act_working_bytes
 
@@ -287,6 +290,12 @@ class _ClassLowering:
             last.free += w.act_bytes
             last.inflight -= 1
         first = next(o for o in low.ops[start:] if o.stream == "compute")
+        if edge_ag is not None:
+            first.deps.append(edge_ag)
+        if not split:
+            self.edge_scatter(w, a, last)
+        if not split:
+            self.flush_bucket(a, last, final)
         pos = self.sched.position(self.rank, a.chunk, a.microbatch)
         if pos < self.sched.num_stages - 1:
             self.receive(first, a, "B", pos + 1)
@@ -313,6 +322,34 @@ class _ClassLowering:
         last.free += w.weight_grad_bytes
         last.inflight -= 1
         self.local_end[("W", a.microbatch, a.chunk)] = last.id
+        self.edge_scatter(w, a, last)
+        self.flush_bucket(a, last, final)
+
+    def _edge_params(self, w: StageWork) -> float:
+        return w.params - w.num_layers * w.layer_params if self.zero == 3 and self.dp_on else 0.0
+
+    def edge_gather(self, w: StageWork, a: Action):
+        """ZeRO-3 also shards the embedding / LM head: they are gathered before the action (issued
+        first, so it precedes the action's layer gathers on the dp stream); returns the op id."""
+        edge = self._edge_params(w)
+        if edge <= 0:
+            return None
+        return self.dp_comm("all_gather", ACT_BYTES * edge, "fsdp_ag_edge", [], a.microbatch, a.chunk).id
+
+    def edge_scatter(self, w: StageWork, a: Action, last: EOp) -> None:
+        """... and their gradient is reduce-scattered after the action, per microbatch like the layers."""
+        edge = self._edge_params(w)
+        if edge > 0:
+            rs = self.dp_comm("reduce_scatter", self.low.grad_bytes * edge, "fsdp_rs_edge", [last.id], a.microbatch, a.chunk)
+            self.grad_ops.append(rs.id)
+
+    def flush_bucket(self, a: Action, last: EOp, final: bool) -> None:
+        """The chunk's gradients are complete: its partial bucket goes now, not with the next chunk."""
+        if final and self.dp_on and self.zero < 3 and self.p.overlap_grad_reduce and self.bucket_params > 0:
+            g = self.dp_comm("all_reduce" if self.zero == 0 else "reduce_scatter",
+                             self.low.grad_bytes * self.bucket_params, "grad_bucket", [last.id], a.microbatch, a.chunk)
+            self.grad_ops.append(g.id)
+            self.bucket_params = 0.0
 
     def layer_grads_done(self, w: StageWork, l: int, last: EOp, a: Action, final: bool) -> None:
         """A layer's weight gradient is complete: ZeRO-3 reduce-scatters it per microbatch; otherwise
@@ -381,31 +418,22 @@ class _ClassLowering:
                 self.grad_ops.append(g.id)
                 left -= take
         opt_deps = list(self.grad_ops) or [last_op]
-        if low.sc.parallel.pp > 1 and _holds_twin_copies(self.sched):
-            # DualPipe holds every stage twice (rank r and rank pp-1-r): the two copies' gradients
-            # are summed, a 2-rank all-reduce of the duplicated stage = one exchange of its gradient
-            twin = low.grid.rank(*_twin_coords(low.grid, c.ranks[0]))
-            link = low.topo.link_class_name(c.ranks[0], twin)
-            dup = self.work(0).params
-            ex = low._new(c, stream="dp", kind="coll", category="dp", duration=p2p_time(low.grad_bytes * dup, link, low.topo),
-                          label="twin_grad_sync", deps=[last_op], bytes=low.grad_bytes * dup)
-            opt_deps.append(ex.id)
+        if self.sched.duplicated_stages and c.pp_mirror is not None:
+            # DualPipe: rank r and rank pp-1-r hold the same two stages, so their gradients are
+            # summed: a 2-rank all-reduce of the rank's gradients (both chunks; the local shard
+            # after the dp reduce-scatter under ZeRO >= 1). A 2-rank ring all-reduce of N bytes
+            # sends N/2 twice each way: N / B, one exchange of N.
+            n = low.grad_bytes * params / (p.dp if self.zero >= 1 and self.dp_on else 1)
+            peers = tuple(sorted({c.id, c.pp_mirror}))
+            ex = low._new(c, stream="dp", kind="coll", category="dp", duration=p2p_time(n, c.link_mirror, low.topo),
+                          label="twin_grad_all_reduce", deps=list(opt_deps), bytes=n,
+                          rendezvous=("twin", 1, peers) if len(peers) > 1 else None, peers=len(peers))
+            opt_deps = [ex.id]
         local = params / (p.dp if self.zero >= 1 else 1)
         opt = low._new(c, stream="compute", kind="compute", category="opt",
                        duration=low.costs.memory_time(OPT_BYTES_PER_PARAM * local), label="optimizer_step", deps=opt_deps)
         if self.zero in (1, 2) and self.dp_on and not p.overlap_param_gather:
             self.dp_comm("all_gather", ACT_BYTES * params, "param_all_gather", [opt.id], -1)
-
-
-def _holds_twin_copies(s: Schedule) -> bool:
-    """True when two chunks of different ranks hold the same model stage (DualPipe)."""
-    held = [st for row in s.stage_of for st in row]
-    return len(held) != len(set(held))
-
-
-def _twin_coords(grid: RankGrid, rank: int) -> tuple:
-    co = grid.coords(rank)
-    return co["tp_rank"], co["cp_rank"], co["dp_rank"], grid.pp - 1 - co["stage"]
 
 
 def merge_pair(ops: list, s0: int, s1: int, s2: int) -> tuple:

@@ -6,6 +6,11 @@
     ops      = Lowering(...).lower()                    per-class programs on streams
     timeline = engine.run(ops)                          SimPy
     result   = summarize(...)                           attribution, memory, MFU
+
+Memory entries are per pipeline rank ("stage" is the rank's pipeline index; "model_stages" the
+stages its chunks hold). `inflight_peak` counts microbatch-chunks whose activations were alive at
+once; `inflight_microbatches_peak` scales it to stages of L/pp layers (x pp / model stages): a
+V-shape's half-size chunks count 1/2, DualPipe's full-size stages 1.
 """
 from __future__ import annotations
 
@@ -77,7 +82,7 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
     sched = schedule_for(p, m)
     work = build_workload(sc, sched.num_stages)
     grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
-    classes = equivalence_classes(grid, topo)
+    classes = equivalence_classes(grid, topo, mirror=sched.duplicated_stages)
     costs = costs or CalibratedRoofline(dev, sc.training.precision)
     low = Lowering(sc, topo, work, classes, sched, costs)
     ops = low.lower()
@@ -113,7 +118,7 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
         entry = {"stage": c.stage, "weights": st["weights"], "gradients": st["gradients"], "optimizer": st["optimizer"],
                  "activations": act, "communication_buffers": buf, "total": total,
                  "inflight_peak": tl.inflight_peak[c.id],
-                 "inflight_microbatches_peak": tl.inflight_peak[c.id] / sched.chunks}
+                 "inflight_microbatches_peak": tl.inflight_peak[c.id] * sched.pp / sched.num_stages}
         if c.stage not in seen_stage or total > seen_stage[c.stage]["total"]:
             seen_stage[c.stage] = entry
         peak_mem = max(peak_mem, total)

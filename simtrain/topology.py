@@ -285,6 +285,9 @@ def load_topology(file: Path, nodes: int) -> Topology:
     except yaml.YAMLError as e:
         errs.add("", f"not valid YAML ({e})", "fix the YAML syntax")
         errs.raise_if_any()
+    except UnicodeDecodeError:
+        errs.add("", "is not a UTF-8 text file", "give the path of a topology YAML")
+        errs.raise_if_any()
     if not isinstance(raw, dict):
         errs.add("", "a topology file must be a mapping", "start with `name:` and `kind:`")
         errs.raise_if_any()

@@ -122,3 +122,34 @@ def test_schedule_command_prints_and_exports(tmp_path, fast_topology, capsys):
     assert rc == 0
     assert "rank 0: 0F0 0F1 0F2 0F3 0B0 0W0 0F4" in out
     assert read_csv(tmp_path / "out.csv").actions == build_schedule("zb_h1", 4, 8).actions
+
+
+def test_csv_without_compute_or_not_text_is_a_clear_error(tmp_path):
+    (tmp_path / "comm.csv").write_text("0SEND_F0\n,,\n")
+    with pytest.raises(ConfigError, match="no compute actions"):
+        read_csv(tmp_path / "comm.csv")
+    (tmp_path / "bin.csv").write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError, match="not a UTF-8 text file"):
+        read_csv(tmp_path / "bin.csv")
+
+
+def test_overlapped_pair_must_be_independent(tmp_path):
+    """A pair runs both actions at once, so one cannot need the other (here B0 needs F0)."""
+    (tmp_path / "pair.csv").write_text("0F0,(1F0;1B0)OVERLAP_F_B,0B0\n")
+    with pytest.raises(ConfigError, match="depend on each other"):
+        read_csv(tmp_path / "pair.csv")
+
+
+def test_schedule_csv_set_from_the_command_line_replaces_the_schedule(tmp_path, fast_topology):
+    """`--set parallel.schedule_csv=FILE` works on a scenario that names a schedule: the CSV wins."""
+    (tmp_path / "zb.csv").write_text(to_csv(build_schedule("zb_h1", 4, 8)))
+    path = small_scenario(tmp_path, fast_topology, parallel={"schedule": "gpipe"})
+    sc, topo = load_scenario(path, [f"parallel.schedule_csv={tmp_path / 'zb.csv'}"])
+    assert simulate(sc, topo).result["schedule"] == "csv:zb"
+
+
+def test_exporting_dualpipe_names_the_scenario_and_key(tmp_path, fast_topology, capsys):
+    path = small_scenario(tmp_path, fast_topology, parallel={"schedule": "dualpipe"})
+    rc = main(["schedule", str(path), "--csv", str(tmp_path / "x.csv")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith(f"{path}: parallel.schedule: ") and not (tmp_path / "x.csv").exists()

@@ -116,7 +116,9 @@ def test_engine_reports_deadlock_with_the_blocked_ops():
 
 def test_zero3_moves_the_fsdp_volume(tmp_path, fast_topology):
     """FSDP without no_sync: per microbatch and layer, gather the 16-bit layer twice (forward and
-    backward) and reduce-scatter its fp32 gradient: m · L · (2 + 2 + 4) · P_layer bytes of buffers."""
+    backward) and reduce-scatter its fp32 gradient: m · L · (2 + 2 + 4) · P_layer bytes of buffers;
+    the embedding and LM head (P_edge, the rest of the stage's parameters) move the same way,
+    m · 8 · P_edge."""
     path = small_scenario(tmp_path, fast_topology, parallel={"tp": 1, "pp": 1, "dp": 4, "zero_stage": 3},
                           training={"global_batch_size": 8})
     sc, topo = load_scenario(path)
@@ -124,4 +126,6 @@ def test_zero3_moves_the_fsdp_volume(tmp_path, fast_topology):
     w = build_workload(sc)[0]
     fsdp = sum(o.bytes for o in run.ops if o.label.split(":")[-1].startswith("fsdp_"))
     m, L = sc.num_microbatches, 8
-    assert fsdp == pytest.approx(m * L * 8 * w.layer_params)
+    edge = w.params - L * w.layer_params
+    assert edge > 0
+    assert fsdp == pytest.approx(m * L * 8 * w.layer_params + m * 8 * edge)

@@ -337,3 +337,30 @@ def test_every_schedule_runs_with_tp_sp_dp_and_zero(tmp_path, plain_topology, na
     for st in res["stages"]:
         total = st["compute_s"] + st["bubble_s"] + sum(st["exposed_comm_s"].values())
         assert total == pytest.approx(res["step_time_s"], rel=1e-9)
+
+
+def test_dualpipe_sums_the_twin_copies_gradients(tmp_path, plain_topology):
+    """Rank r and rank pp-1-r hold the same two stages; their gradients (both chunks, 4 bytes per
+    parameter in bf16 training, no dp) meet in one 2-rank all-reduce that waits for both ranks."""
+    path = small_scenario(tmp_path, plain_topology, parallel={"schedule": "dualpipe"})
+    sc, topo = load_scenario(path)
+    run = simulate(sc, topo)
+    w = build_workload(sc)
+    ex = [o for o in run.ops if o.label == "twin_grad_all_reduce"]
+    assert len(ex) == 4
+    for o in ex:
+        rank = next(c.stage for c in run.classes if c.id == o.cls)
+        assert o.bytes == pytest.approx(4 * (w[rank].params + w[3 - rank].params))
+        assert o.rendezvous is not None and o.peers == 2
+    # both sides of a pair start together (the rendezvous), after both have their gradients
+    by = {next(c.stage for c in run.classes if c.id == o.cls): o for o in ex}
+    assert run.timeline.start[by[0].id] == run.timeline.start[by[3].id]
+    assert run.result["memory"][0]["inflight_microbatches_peak"] == 5      # PP + 1, full-stage chunks
+
+
+def test_first_and_last_counts_may_cover_every_stage(tmp_path, fast_topology):
+    path = small_scenario(tmp_path, fast_topology, parallel={"schedule": "zb_v", "pp": 1, "dp": 4,
+                                                            "first_stage_layers": 3, "last_stage_layers": 5},
+                          training={"global_batch_size": 8})
+    sc, topo = load_scenario(path)
+    assert [s["layers"] for s in simulate(sc, topo).result["stages"]] == [8]

@@ -66,6 +66,13 @@ class Schedule:
         return len(self.stage_of[0])
 
     @property
+    def duplicated_stages(self) -> bool:
+        """True when two chunks of different ranks hold the same model stage (DualPipe: rank r
+        and rank pp-1-r hold the same pair of stages)."""
+        held = [st for row in self.stage_of for st in row]
+        return len(held) != len(set(held))
+
+    @property
     def split_backward(self) -> bool:
         return any(a.kind == "W" for acts in self.actions for a in acts)
 
@@ -191,6 +198,9 @@ def validate(s: Schedule) -> None:
                 raise ScheduleError(f"schedule {s.name}: rank {r}: action {a}: microbatch {a.microbatch}'s route does not pass chunk {a.chunk} of rank {r}")
             if a.overlap_next and (i + 1 >= len(acts) or acts[i + 1].overlap_next):
                 raise ScheduleError(f"schedule {s.name}: rank {r}: action {a} is marked to overlap with a next action that is missing or itself overlapped")
+            if a.overlap_next and (acts[i + 1].microbatch == a.microbatch or _depends_locally(s, r, acts[i + 1], a)):
+                raise ScheduleError(f"schedule {s.name}: rank {r}: the overlapped pair {a} and {acts[i + 1]} depend on each other; "
+                                    f"a pair must be two independent actions (e.g. a forward of one microbatch and a backward of another)")
             key = (r, a.chunk, a.microbatch, a.kind)
             seen[key] = seen.get(key, 0) + 1
     for mb in range(m):
@@ -202,6 +212,20 @@ def validate(s: Schedule) -> None:
                 raise ScheduleError(f"schedule {s.name}: rank {r} chunk {c} microbatch {mb} has {have}; "
                                     f"it needs exactly one F and either one BW or one B and one W")
     order_execution(s)
+
+
+def _depends_locally(s: Schedule, r: int, b: Action, a: Action) -> bool:
+    """Whether b needs a on rank r, directly or through b's other dependencies on that rank."""
+    stack, seen = [b], set()
+    while stack:
+        x = stack.pop()
+        for rr, d in s.deps(r, x) if (r, x.chunk) in s.route(x.microbatch) else ():
+            if rr == r and d == a:
+                return True
+            if rr == r and d not in seen:
+                seen.add(d)
+                stack.append(d)
+    return False
 
 
 def order_execution(s: Schedule) -> list:

@@ -58,11 +58,15 @@ def read_csv(path, key: str = "parallel.schedule_csv") -> Schedule:
         text = path.read_text()
     except OSError as e:
         raise ConfigError([Problem(str(path), key, f"cannot read the schedule file ({e.strerror})", "check the path")])
+    except UnicodeDecodeError:
+        raise ConfigError([Problem(str(path), key, "is not a UTF-8 text file", "give a CSV schedule file")])
     problems = []
     rows = []
+    lines = []          # file line of each row (blank lines are not ranks)
     for ln, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
+        lines.append(ln)
         row = []
         for col, cell in enumerate(line.split(","), 1):
             cell = cell.strip()
@@ -94,14 +98,17 @@ def read_csv(path, key: str = "parallel.schedule_csv") -> Schedule:
         for cell in row:
             for st, _, _ in cell:
                 if rank_of.setdefault(st, r) != r:
-                    raise ConfigError([Problem(str(path), f"row {r + 1}", f"stage {st} also appears on row {rank_of[st] + 1}",
+                    raise ConfigError([Problem(str(path), f"row {lines[r]}", f"stage {st} also appears on row {lines[rank_of[st]]}",
                                                "each model stage lives on one rank")])
+    if not rank_of:
+        raise ConfigError([Problem(str(path), "", "the schedule has no compute actions (F, I, W or B)",
+                                   "list each rank's compute actions; communication actions alone say nothing")])
     S = max(rank_of) + 1
     missing = [k for k in range(S) if k not in rank_of]
     if missing:
         raise ConfigError([Problem(str(path), "", f"stages {missing} never appear", f"number the stages 0..{S - 1} without gaps")])
     stage_of = tuple(tuple(sorted(k for k, r in rank_of.items() if r == rank)) for rank in range(len(rows)))
-    empty = [r + 1 for r, held in enumerate(stage_of) if not held]
+    empty = [lines[r] for r, held in enumerate(stage_of) if not held]
     if empty:
         raise ConfigError([Problem(str(path), f"rows {empty}", "hold no stage", "give every pipeline rank at least one stage")])
     chunk_of = {k: (r, row.index(k)) for r, row in enumerate(stage_of) for k in row}
@@ -119,5 +126,6 @@ def read_csv(path, key: str = "parallel.schedule_csv") -> Schedule:
     try:
         validate(s)
     except ScheduleError as e:
-        raise ConfigError([Problem(str(path), "", str(e), "fix the schedule rows")])
+        raise ConfigError([Problem(str(path), "rows", str(e).replace(f"schedule {s.name}: ", "").replace(f"schedule {s.name} ", "schedule "),
+                                   "fix the schedule rows (row n is pipeline rank n-1)")])
     return s
