@@ -131,15 +131,16 @@ def compute_spans(run) -> list:
 
 
 def table(rows) -> str:
-    head = f"  {'variant':<34} {'step':>10} {'MFU':>6} {'bubble':>7} {'peak mem':>9} {'fits':>4}   peak per pipeline rank (GiB)"
+    wl = max([34] + [len(r.label) + 1 for r in rows])
+    head = f"  {'variant':<{wl}} {'step':>10} {'MFU':>6} {'bubble':>7} {'peak mem':>9} {'fits':>4}   peak per pipeline rank (GiB)"
     lines = [head, "  " + "-" * (len(head) + 6)]
     for r in rows:
         if r.error:
-            lines.append(f"  {r.label:<34} invalid: {r.error}")
+            lines.append(f"  {r.label:<{wl}} invalid: {r.error}")
             continue
         x = r.result
         per = " ".join(f"{m['total'] / GiB:.0f}" for m in x["memory"])
-        lines.append(f"  {r.label:<34} {fmt_time(x['step_time_s']):>10} {100 * x['mfu']:5.1f}% {100 * x['bubble_fraction']:6.1f}% "
+        lines.append(f"  {r.label:<{wl}} {fmt_time(x['step_time_s']):>10} {100 * x['mfu']:5.1f}% {100 * x['bubble_fraction']:6.1f}% "
                      f"{x['peak_memory_bytes'] / GiB:7.1f}Gi {'yes' if x['fits_in_memory'] else 'NO':>4}   {per}")
     return "\n".join(lines)
 
