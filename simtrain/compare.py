@@ -14,12 +14,11 @@ from __future__ import annotations
 import csv
 import io
 import itertools
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from simtrain.errors import SimtrainError
+from simtrain.results import COLORS, save_figure
 from simtrain.units import fmt_time
 
 GiB = 2.0**30
@@ -164,7 +163,6 @@ def to_csv(rows) -> str:
     return buf.getvalue()
 
 
-COLORS = {"F": "#4C78A8", "B": "#54A24B", "BW": "#54A24B", "W": "#EECA3B", "opt": "#B279A2"}
 
 
 def figure(rows, path: Path, title: str) -> None:
@@ -232,13 +230,4 @@ def figure(rows, path: Path, title: str) -> None:
                         (("F", "forward F"), ("B", "backward B / BW"), ("W", "weight gradient W"), ("opt", "optimizer"))],
                loc="upper right", ncol=4, fontsize=8, frameon=False, bbox_to_anchor=(0.99, 1 - 0.1 / total))
     fig.suptitle(title, x=0.01, y=1 - 0.12 / total, ha="left", va="top", fontsize=10)
-    fd, tmp = tempfile.mkstemp(prefix=".compare.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, metadata={"Software": None}, bbox_inches="tight")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    save_figure(fig, path, bbox_inches="tight")

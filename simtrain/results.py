@@ -169,10 +169,17 @@ def timeline_png(ops: list, tl, classes: list, path: Path, title: str) -> None:
                         ("tp", "tp comm"), ("pp", "pp send"), ("dp", "dp comm"))],
               loc="upper center", bbox_to_anchor=(0.5, -0.12 if rows > 2 else -0.3), ncol=7, fontsize=8, frameon=False)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=".timeline.", suffix=".png", dir=path.parent)
+    save_figure(fig, path)
+
+
+def save_figure(fig, path: Path, **kw) -> None:
+    """Saves a matplotlib figure atomically (temp file + rename), without the software stamp so
+    the same figure gives the same bytes, and closes it."""
+    import matplotlib.pyplot as plt
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
-        fig.savefig(tmp, metadata={"Software": None})
+        fig.savefig(tmp, metadata={"Software": None}, **kw)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
