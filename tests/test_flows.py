@@ -1,0 +1,112 @@
+"""Flow-level backend: max-min sharing, contended completion times, collective phases against
+their closed forms, and oversubscription."""
+import math
+
+import pytest
+
+from simtrain.flows import FlowNetwork, halving_doubling_phases, maxmin, ring_phases, run_flows
+from simtrain.topology import load_topology
+
+from conftest import write
+
+
+def test_two_flows_on_one_link_get_half_each():
+    assert maxmin([("a",), ("a",)], {"a": 10.0}) == [5.0, 5.0]
+
+
+def test_max_min_share_across_two_links():
+    """Link A (10) carries f1, f2; link B (10) carries f2, f3, f4: B is the bottleneck of f2, f3,
+    f4 at 10/3 each; f1 takes what is left of A, 10 - 10/3."""
+    r = maxmin([("A",), ("A", "B"), ("B",), ("B",)], {"A": 10.0, "B": 10.0})
+    assert r == pytest.approx([20 / 3, 10 / 3, 10 / 3, 10 / 3])
+
+
+def test_contended_completion_times_by_hand():
+    """1 B and 3 B on a 1 B/s link: both at 0.5 B/s until the first ends at t = 2; the second then
+    has 2 B left at 1 B/s and ends at t = 4. Latencies add at the end (here 0.1 and 0.2 s)."""
+    assert run_flows([("l",), ("l",)], [1.0, 3.0], {"l": 1.0}, [0.1, 0.2]) == pytest.approx([2.1, 4.2])
+    # a third flow on a second link, sharing with the long one: rates re-divide when flows end
+    # f0 (2 B, link x), f1 (2 B, links x and y), f2 (1 B, link y); all links 1 B/s.
+    # t in [0, 2]: each 0.5 -> f2 done at 2 (1 B); f0 and f1 have 1 B left; then x shared by f0, f1
+    # at 0.5 each: both end at t = 4.
+    assert run_flows([("x",), ("x", "y"), ("y",)], [2.0, 2.0, 1.0], {"x": 1.0, "y": 1.0}) == pytest.approx([4.0, 4.0, 2.0])
+
+
+IDEAL = """
+    name: ideal
+    kind: two_tier
+    devices_per_node: 8
+    scale_up: {bandwidth: "100 GB/s", latency: "2 us"}
+    scale_out: {nics_per_node: 8, nic_bandwidth: "80 Gb/s", latency: "5 us", nodes_per_leaf: 4, oversubscription: OVER}
+"""
+
+
+def _net(tmp_path, nodes, over=1):
+    return FlowNetwork(load_topology(write(tmp_path / f"t{over}.yaml", IDEAL.replace("OVER", str(over))), nodes))
+
+
+@pytest.mark.parametrize("coll", ["all_reduce", "reduce_scatter", "all_gather"])
+def test_ring_in_one_node_matches_its_closed_form(tmp_path, coll):
+    """Ring over 8 devices of one NVSwitch node (nothing contends: each device sends one flow and
+    receives one): steps·(alpha + n/(p·B)), i.e. 2(p-1)alpha + 2(p-1)/p·n/B for all-reduce."""
+    net = _net(tmp_path, 1)
+    n, p, a, B = 64e6, 8, 2e-6, 100e9
+    steps = 2 * (p - 1) if coll == "all_reduce" else p - 1
+    assert net.collective_time(coll, n, [list(range(8))]) == pytest.approx(steps * (a + n / p / B), rel=1e-12)
+
+
+def test_halving_doubling_matches_its_closed_form(tmp_path):
+    """Recursive halving-doubling all-reduce: 2·log2(p)·alpha + 2(p-1)/p·n/B."""
+    net = _net(tmp_path, 1)
+    n, p, a, B = 64e6, 8, 2e-6, 100e9
+    t = net.collective_time("all_reduce", n, [list(range(8))], "halving_doubling")
+    assert t == pytest.approx(2 * math.log2(p) * a + 2 * (p - 1) / p * n / B, rel=1e-12)
+    assert sum(b for ph in halving_doubling_phases("reduce_scatter", 8, 1.0) for _, _, b in ph[:1]) == pytest.approx(7 / 8)
+
+
+def test_flow_backend_agrees_with_the_analytical_one_when_nothing_contends(tmp_path):
+    """One ring of one device per node under one leaf: NIC-limited, 10 GB/s and 5 us per step,
+    exactly the closed-form ring over the 'leaf' link class."""
+    from simtrain.collectives import ring_time
+    from simtrain.parallel import group_shape
+    net = _net(tmp_path, 4)
+    group = [0, 8, 16, 24]
+    flow = net.collective_time("all_reduce", 1e8, [group])
+    closed = ring_time("all_reduce", 1e8, group_shape(group, net.topo), net.topo)
+    assert flow == pytest.approx(closed, rel=1e-12)
+
+
+ONE_SPINE = """
+    name: one-spine
+    kind: two_tier
+    devices_per_node: 8
+    scale_up: {bandwidth: "100 GB/s", latency: "2 us"}
+    scale_out: {nics_per_node: 1, nic_bandwidth: "400 Gb/s", latency: "5 us", nodes_per_leaf: 4, oversubscription: OVER}
+"""
+
+
+def test_oversubscribed_spine_slows_a_ring_that_crosses_it(tmp_path):
+    """8 nodes of 8 GPUs sharing one 50 GB/s NIC, 4 nodes per leaf, one spine (so routes are
+    unique). Eight concurrent rings, one per local GPU index (the dp groups of a tp-8 plan), each
+    over one GPU of every node. Under full load a GPU's NIC share is 50/8 = 6.25 GB/s.
+    Ring order alternating leaves (0,4,1,5,...): every hop crosses the spine, so each leaf's
+    uplink carries 4 nodes x 8 rings = 32 flows. At 2:1 the uplink has 4 x 50 / 2 = 100 GB/s,
+    3.125 GB/s per flow, half the NIC share; at 1:1 it has 200 GB/s and the NIC (6.25) limits.
+    Rings kept inside a leaf never touch the spine: 6.25 GB/s even at 2:1. Each ring step moves
+    n/p at the flow rate after alpha = 5 us."""
+    n, p = 1e8, 8
+    net1 = FlowNetwork(load_topology(write(tmp_path / "o1.yaml", ONE_SPINE.replace("OVER", "1")), 8))
+    net2 = FlowNetwork(load_topology(write(tmp_path / "o2.yaml", ONE_SPINE.replace("OVER", "2")), 8))
+    order = [0, 4, 1, 5, 2, 6, 3, 7]
+    crossing = [[node * 8 + j for node in order] for j in range(8)]
+    steps = 2 * (p - 1)
+    assert net1.collective_time("all_reduce", n, crossing) == pytest.approx(steps * (5e-6 + n / p / 6.25e9), rel=1e-9)
+    assert net2.collective_time("all_reduce", n, crossing) == pytest.approx(steps * (5e-6 + n / p / 3.125e9), rel=1e-9)
+    inside = [[node * 8 + j for node in range(4 * leaf, 4 * leaf + 4)] for leaf in range(2) for j in range(8)]
+    assert net2.collective_time("all_reduce", n, inside) == pytest.approx(2 * 3 * (5e-6 + n / 4 / 6.25e9), rel=1e-9)
+
+
+def test_routes_are_deterministic_for_a_seed(tmp_path):
+    a, b = _net(tmp_path, 8, 2), _net(tmp_path, 8, 2)
+    assert a.route(0, 40, "f") == b.route(0, 40, "f")
+    assert len(a.route(0, 40, "f")) == 6       # gpu -> nic -> leaf -> spine -> leaf -> nic -> gpu
