@@ -1,8 +1,9 @@
 """Flow-level network backend (behind the engine's communication seam, next to `collectives`).
 
 A collective is the sequence of its algorithm's phases; a phase is a set of point-to-point
-transfers that start together. Each transfer is a flow routed over the topology graph (shortest
-paths, ECMP among equal-cost ones by a seeded deterministic hash of the flow id). Flows share
+transfers that start together. Each transfer is a flow routed over the topology graph: fixed
+access links (device -> NIC -> leaf), then a shortest path through the switch core, ECMP among
+equal-cost core paths by a seeded deterministic hash of the flow id. Flows share
 every directed link by max-min fairness (progressive filling), and the rates are recomputed each
 time a flow starts or ends, so a phase lasts until its slowest flow has delivered its last byte.
 
@@ -169,7 +170,6 @@ class FlowNetwork:
         self.topo = topo
         self.g = topo.graph()
         self.seed = seed
-        self._paths: dict = {}
         self._phase_cache: dict = {}
         self.cap = {}
         for u, v, d in self.g.edges(data=True):
@@ -178,23 +178,35 @@ class FlowNetwork:
             self.cap[(u, v)] = self.cap[(v, u)] = d["bw"] * eff
         self.lat = {(u, v): d["latency"] for u, v, d in self.g.edges(data=True)}
         self.lat.update({(v, u): x for (u, v), x in list(self.lat.items())})
+        # routing works on the small core of switches; a device's access links are fixed
+        # (two_tier: device -> node switch inside a node, device -> NIC -> leaf outside it)
+        self.core = self.g.subgraph([x for x, k in self.g.nodes(data="kind") if k in ("leaf", "spine")])
+        self._core_paths: dict = {}
+        self._node_members: dict = {}
 
     def route(self, src: int, dst: int, flow_id) -> tuple:
         """Directed links of one shortest path; ECMP picks among equal-cost paths by a CRC32 of
         (seed, flow id), so the same input and seed give the same routes."""
         if src == dst:
             return ()
-        key = (src, dst)
-        paths = self._paths.get(key)
-        if paths is None:
-            a, b = self.topo.device_id(src), self.topo.device_id(dst)
-            paths = self._paths[key] = sorted(tuple(p) for p in nx.all_shortest_paths(self.g, a, b))
-        p = paths[zlib.crc32(repr((self.seed, flow_id)).encode()) % len(paths)] if len(paths) > 1 else paths[0]
+        t = self.topo
+        a, b = t.device_id(src), t.device_id(dst)
+        if t.node_of(src) == t.node_of(dst):
+            p = (a, f"node{t.node_of(src)}.switch", b)
+        else:
+            na = f"node{t.node_of(src)}.nic{(src % t.devices_per_node) // t.devices_per_nic}"
+            nb = f"node{t.node_of(dst)}.nic{(dst % t.devices_per_node) // t.devices_per_nic}"
+            la, lb = f"leaf{t.leaf_of(src)}", f"leaf{t.leaf_of(dst)}"
+            paths = self._core_paths.get((la, lb))
+            if paths is None:
+                paths = self._core_paths[(la, lb)] = sorted(tuple(x) for x in nx.all_shortest_paths(self.core, la, lb))
+            core = paths[zlib.crc32(repr((self.seed, flow_id)).encode()) % len(paths)] if len(paths) > 1 else paths[0]
+            p = (a, na) + core + (nb, b)
         return tuple(zip(p, p[1:]))
 
     def phase_time(self, transfers: list) -> float:
         """Duration of one phase: all transfers start together; it ends with the slowest flow."""
-        key = tuple((t.src, t.dst, t.bytes) for t in transfers)
+        key = tuple(transfers)
         hit = self._phase_cache.get(key)
         if hit is None:
             paths = [self.route(t.src, t.dst, (t.src, t.dst, i)) for i, t in enumerate(transfers)]
@@ -220,5 +232,35 @@ class FlowNetwork:
         else:
             build = PHASES[algorithm][0]
             p = len(groups[0])
-            phases = [[Transfer(g[a], g[b], nb) for g in groups for a, b, nb in ph] for ph in build(coll, p, n)]
+            members = [self._by_node(g) for g in groups]
+            built: dict = {}      # ring steps repeat one pattern: expand and time it once
+            phases = []
+            for ph in build(coll, p, n):
+                if id(ph) not in built:
+                    built[id(ph)] = (ph, [t for g, m in zip(groups, members) for a, b, nb in ph
+                                          for t in self._channels(m, g[a], g[b], nb)])
+                phases.append(built[id(ph)][1])
         return sum(self.phase_time(ph) for ph in phases)
+
+    def _by_node(self, group: list) -> dict:
+        key = tuple(group)
+        hit = self._node_members.get(key)
+        if hit is None:
+            hit = {}
+            for d in group:
+                hit.setdefault(self.topo.node_of(d), []).append(d)
+            self._node_members[key] = hit
+        return hit
+
+    def _channels(self, by_node: dict, src: int, dst: int, nbytes: float) -> list:
+        """A hop between two nodes is striped over the group's k members on each node, member c
+        to member c (NCCL runs k channels whose rings leave the node through different GPUs and
+        their rail NICs), so a ring with k members per node gets k NIC shares between nodes."""
+        a, b = self.topo.node_of(src), self.topo.node_of(dst)
+        if a == b:
+            return [Transfer(src, dst, nbytes)]
+        on_a, on_b = by_node[a], by_node[b]
+        k = min(len(on_a), len(on_b))
+        if k <= 1:
+            return [Transfer(src, dst, nbytes)]
+        return [Transfer(on_a[c], on_b[c], nbytes / k) for c in range(k)]

@@ -66,7 +66,7 @@ CLUSTER = {
 }
 
 NETWORK = {
-    "backend": (("analytical",), False, "analytical"),
+    "backend": (("analytical", "flow"), False, "analytical"),
     "all_reduce": (("auto", "ring", "hierarchical"), False, "auto"),
 }
 

@@ -88,7 +88,16 @@ class Lowering:
         self.algo = sc.network.all_reduce
         self._seg_cache: dict = {}
         self._coll_cache: dict = {}
-        self.pairs: list = []        # (first compute op of each chain) of overlapped pairs
+        self.pairs: list = []
+        self.flow = None
+        if sc.network.backend == "flow":
+            # every group of a kind runs its collective at once: time them together, with contention
+            from simtrain.flows import FlowNetwork
+            from simtrain.parallel import RankGrid, placement
+            grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
+            place = placement(grid, topo)
+            self.flow = FlowNetwork(topo, sc.seed)
+            self.flow_groups = {k: [[place[r] for r in g] for g in grid.groups(k)] for k in ("tp", "dp")}        # (first compute op of each chain) of overlapped pairs
 
     def _new(self, c: RankClass, **kw) -> EOp:
         op = EOp(id=len(self.ops), cls=c.id, **kw)
@@ -107,10 +116,16 @@ class Lowering:
     def comm_op(self, c: RankClass, comm: Comm, deps, mb, seq, transient=0.0, chunk=0) -> EOp:
         shape = c.tp_shape if comm.kind == "tp" else c.dp_shape
         peers = c.tp_peers if comm.kind == "tp" else c.dp_peers
-        key = (comm.collective, comm.size_bytes, shape)
+        key = (comm.collective, comm.size_bytes, shape, comm.kind)
         dur = self._coll_cache.get(key)
         if dur is None:
-            dur = self._coll_cache[key] = collective_time(comm.collective, comm.size_bytes, shape, self.topo, self.algo)
+            if self.flow is not None:
+                groups = self.flow_groups[comm.kind]
+                algos = ("ring", "hierarchical") if self.algo == "auto" else (self.algo,)
+                dur = min(self.flow.collective_time(comm.collective, comm.size_bytes, groups, a) for a in algos)
+            else:
+                dur = collective_time(comm.collective, comm.size_bytes, shape, self.topo, self.algo)
+            self._coll_cache[key] = dur
         return self._new(c, stream=comm.kind, kind="coll", category=comm.kind, duration=dur,
                          label=f"{comm.collective}:{comm.name}", mb=mb, chunk=chunk, deps=list(deps),
                          rendezvous=(comm.kind, seq, peers) if len(peers) > 1 else None, peers=len(peers),

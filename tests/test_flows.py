@@ -110,3 +110,42 @@ def test_routes_are_deterministic_for_a_seed(tmp_path):
     a, b = _net(tmp_path, 8, 2), _net(tmp_path, 8, 2)
     assert a.route(0, 40, "f") == b.route(0, 40, "f")
     assert len(a.route(0, 40, "f")) == 6       # gpu -> nic -> leaf -> spine -> leaf -> nic -> gpu
+
+
+def test_flow_backend_in_a_whole_step_matches_analytical_without_contention(tmp_path):
+    """tp 4 inside each node, dp 4 across four nodes under one leaf (one dp member per node), no
+    oversubscription: every flow is limited by its own NIC share, exactly what the closed form
+    assumes, so the whole step comes out the same with `network.backend: flow`."""
+    from conftest import small_scenario
+    from simtrain.loading import load_scenario
+    from simtrain.simulate import simulate
+    topo = write(tmp_path / "flat.yaml", """
+        name: flat
+        kind: two_tier
+        devices_per_node: 4
+        scale_up: {bandwidth: "100 GB/s", latency: "2 us"}
+        scale_out: {nics_per_node: 4, nic_bandwidth: "80 Gb/s", latency: "5 us", nodes_per_leaf: 4}
+    """)
+    path = small_scenario(tmp_path, topo, parallel={"tp": 4, "pp": 1, "dp": 4, "zero_stage": 1}, nodes=4,
+                          training={"global_batch_size": 8})
+    res = {}
+    for b in ("analytical", "flow"):
+        sc, t = load_scenario(path, [f"network.backend={b}"])
+        res[b] = simulate(sc, t).result
+    assert res["flow"]["step_time_s"] == pytest.approx(res["analytical"]["step_time_s"], rel=1e-12)
+    assert res["flow"]["breakdown"]["exposed_comm_s"]["dp"] > 0
+
+
+def test_rings_with_several_members_per_node_stripe_over_their_nics(tmp_path):
+    """dp 8 over four nodes with 2 members each (tp 2): the ring's node-to-node hop is striped
+    over both members' rail NICs, k = 2 NIC shares, as the closed form's min(scale-up, k x NIC).
+    Latencies are set to zero here: phases are step-synchronous, so each step pays its slowest
+    hop's latency, while the closed form counts NCCL's pipelined 2(N-1) network + the rest
+    scale-up steps; the bandwidth terms are the same."""
+    from simtrain.collectives import ring_time
+    from simtrain.parallel import group_shape
+    net = FlowNetwork(load_topology(write(tmp_path / "nolat.yaml", IDEAL.replace("OVER", "1").replace('"2 us"', '"0 us"').replace('"5 us"', '"0 us"')), 4))
+    groups = [[node * 8 + j + 4 * h for node in range(4) for h in range(2)] for j in range(4)]
+    flow = net.collective_time("all_reduce", 1e8, groups)
+    closed = ring_time("all_reduce", 1e8, group_shape(groups[0], net.topo), net.topo)
+    assert flow == pytest.approx(closed, rel=1e-12)
