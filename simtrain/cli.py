@@ -111,6 +111,17 @@ def cmd_check(args) -> int:
         print(f"    pipeline rank {r}: {layers} layers{chunks}, {fmt_bytes(tot)}")
     if worst > dev.memory_bytes:
         print(f"  warning: static memory alone exceeds the {fmt_bytes(dev.memory_bytes)} of {dev.key}")
+    from simtrain.parallel import RankGrid, placement_of
+    grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
+    place = placement_of(sc, grid, topo)
+    crossing = [g for g in grid.groups("tp") if len({topo.node_of(place[r]) for r in g}) > 1]
+    print(f"  placement {p.placement if p.device_of_rank is None else 'explicit (device_of_rank)'}")
+    if crossing:
+        g = crossing[0]
+        nodes = sorted({topo.node_of(place[r]) for r in g})
+        print(f"  warning: {len(crossing)} of {len(grid.groups('tp'))} tensor-parallel groups cross a node boundary "
+              f"(e.g. ranks {g[0]}..{g[-1]} on nodes {', '.join(map(str, nodes[:4]))}{'...' if len(nodes) > 4 else ''}); "
+              f"their collectives go over the scale-out network; keep tp <= {topo.devices_per_node} with placement megatron")
     return 0
 
 

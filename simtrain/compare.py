@@ -131,7 +131,8 @@ def compute_spans(run) -> list:
 
 def table(rows) -> str:
     wl = max([34] + [len(r.label) + 1 for r in rows])
-    head = f"  {'variant':<{wl}} {'step':>10} {'MFU':>6} {'bubble':>7} {'peak mem':>9} {'fits':>4}   peak per pipeline rank (GiB)"
+    head = (f"  {'variant':<{wl}} {'step':>10} {'MFU':>6} {'bubble':>7} {'exposed tp/pp/dp (s)':>21} {'peak mem':>9} {'fits':>4}"
+            f"   peak per pipeline rank (GiB)")
     lines = [head, "  " + "-" * (len(head) + 6)]
     for r in rows:
         if r.error:
@@ -139,7 +140,9 @@ def table(rows) -> str:
             continue
         x = r.result
         per = " ".join(f"{m['total'] / GiB:.0f}" for m in x["memory"])
-        lines.append(f"  {r.label:<{wl}} {fmt_time(x['step_time_s']):>10} {100 * x['mfu']:5.1f}% {100 * x['bubble_fraction']:6.1f}% "
+        ex = x["breakdown"]["exposed_comm_s"]
+        exs = "/".join(f"{ex[k]:.2f}" for k in ("tp", "pp", "dp"))
+        lines.append(f"  {r.label:<{wl}} {fmt_time(x['step_time_s']):>10} {100 * x['mfu']:5.1f}% {100 * x['bubble_fraction']:6.1f}% {exs:>21} "
                      f"{x['peak_memory_bytes'] / GiB:7.1f}Gi {'yes' if x['fits_in_memory'] else 'NO':>4}   {per}")
     return "\n".join(lines)
 
@@ -148,17 +151,19 @@ def to_csv(rows) -> str:
     n = max((len(r.result["memory"]) for r in rows if r.result), default=0)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["variant", "overrides", "schedule", "step_time_s", "mfu", "bubble_fraction", "peak_memory_gib", "fits_in_memory"]
+    w.writerow(["variant", "overrides", "schedule", "step_time_s", "mfu", "bubble_fraction",
+                "exposed_tp_s", "exposed_pp_s", "exposed_dp_s", "peak_memory_gib", "fits_in_memory"]
                + [f"rank{i}_peak_gib" for i in range(n)] + [f"rank{i}_activations_gib" for i in range(n)] + ["error"])
     for r in rows:
         if r.error:
-            w.writerow([r.label, " ".join(r.overrides)] + [""] * (6 + 2 * n) + [r.error])
+            w.writerow([r.label, " ".join(r.overrides)] + [""] * (9 + 2 * n) + [r.error])
             continue
         x = r.result
         per = [f"{m['total'] / GiB:.6g}" for m in x["memory"]]
         act = [f"{m['activations'] / GiB:.6g}" for m in x["memory"]]
         w.writerow([r.label, " ".join(r.overrides), x["schedule"], f"{x['step_time_s']:.9g}", f"{x['mfu']:.6g}",
-                    f"{x['bubble_fraction']:.5f}", f"{x['peak_memory_bytes'] / GiB:.6g}", x["fits_in_memory"]]
+                    f"{x['bubble_fraction']:.5f}"] + [f"{x['breakdown']['exposed_comm_s'][k]:.6g}" for k in ("tp", "pp", "dp")]
+                   + [f"{x['peak_memory_bytes'] / GiB:.6g}", x["fits_in_memory"]]
                    + per + [""] * (n - len(per)) + act + [""] * (n - len(act)) + [""])
     return buf.getvalue()
 

@@ -57,6 +57,8 @@ PARALLEL = {
     "last_stage_layers": ("posint?", False, None),
     "vpp": ("posint?", False, None),
     "schedule_csv": ("str?", False, None),
+    "placement": ("str", False, "megatron"),
+    "device_of_rank": ("any", False, None),
 }
 
 CLUSTER = {
@@ -248,9 +250,11 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
         parallel["vpp"] = (d.default_vpp if d else 0) or 1
 
     lps = parallel.pop("layers_per_stage")
+    dor = parallel.pop("device_of_rank")
     sc = Scenario(
         name=name, model=ModelSpec(**model), training=TrainingSpec(**training),
-        parallel=ParallelSpec(**parallel, layers_per_stage=tuple(lps) if lps is not None else None),
+        parallel=ParallelSpec(**parallel, layers_per_stage=tuple(lps) if lps is not None else None,
+                              device_of_rank=tuple(dor) if dor is not None else None),
         cluster=ClusterSpec(device=cluster["device"], topology_file=cluster["topology"], nodes=cluster["nodes"]),
         network=NetworkSpec(**network), seed=seed, source_file=str(path),
     )
@@ -335,11 +339,28 @@ def _check_stages(p, L, training, errs: Collector) -> None:
                 errs.add(key, problem, fix)
 
 
+def _check_placement(p, errs: Collector) -> None:
+    pol, dor = p.get("placement"), p.get("device_of_rank")
+    if isinstance(pol, str) and pol not in ("megatron", "random"):
+        dims = pol.split("-")
+        if sorted(dims) != ["cp", "dp", "pp", "tp"]:
+            errs.add("parallel.placement", f"{pol!r} is not a placement policy",
+                     "use megatron, random, or an order of tp, cp, dp, pp such as `dp-tp-cp-pp` (first varies fastest over devices)")
+    if dor is not None:
+        world = None if None in (p.get("tp"), p.get("cp"), p.get("dp"), p.get("pp")) else p["tp"] * p["cp"] * p["dp"] * p["pp"]
+        if not (isinstance(dor, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in dor)):
+            errs.add("parallel.device_of_rank", "expected a list of device indices", "write e.g. `[0, 1, 4, 5, 2, 3, 6, 7]`")
+        elif world is not None and sorted(dor) != list(range(world)):
+            errs.add("parallel.device_of_rank", f"must list each device 0..{world - 1} exactly once (got {len(dor)} entries)",
+                     f"give a permutation of 0..{world - 1}: entry r is rank r's device")
+
+
 def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> None:
     from simtrain.schedules import SCHEDULES
     p = parallel
     if p.get("schedule") is not None and p["schedule"] not in SCHEDULES and not p.get("schedule_csv"):
         errs.add("parallel.schedule", f"unknown schedule {p['schedule']!r}", f"use one of: {', '.join(SCHEDULES)}")
+    _check_placement(p, errs)
     if p.get("cp") not in (None, 1):
         errs.add("parallel.cp", "context parallelism (cp > 1) is not simulated by this version", "set `cp: 1`")
     if model and all(model.get(k) is not None for k in ("num_attention_heads", "hidden_size", "num_layers", "num_key_value_heads")):

@@ -51,6 +51,7 @@ class RankClass:
     link_wrap: str | None = None
     pp_mirror: int | None = None  # the rank at stage pp-1-s of the pp group (DualPipe's twin), when asked for
     link_mirror: str | None = None
+    device: int = -1              # the representative rank's device
 
     @property
     def multiplicity(self) -> int:
@@ -107,9 +108,43 @@ def group_shape(devs, topo: Topology) -> GroupShape:
     return GroupShape(len(devs), len(per_node), max(counts), len(counts) == 1, len(leaves))
 
 
-def placement(grid: RankGrid, topo: Topology) -> list[int]:
-    """Rank -> device index (rank order onto devices in order)."""
-    return list(range(grid.world))
+DIMS = ("tp", "cp", "dp", "pp")
+
+
+def placement(grid: RankGrid, topo: Topology, policy: str = "megatron", seed: int = 0, explicit=None) -> list[int]:
+    """Rank -> device index (devices are numbered node by node).
+
+      megatron      rank r on device r: tp fastest, so a tp group of 8 fills an 8-GPU node
+      "dp-tp-cp-pp" any order of the four dimensions, first varying fastest over the devices:
+                    device = sum_i coord[dim_i] x prod_{j<i} size[dim_j]
+      random        a seeded random permutation (a baseline for placement studies)
+      explicit      the given list: explicit[r] is rank r's device
+    Worked example (tp 2, dp 2, pp 2, order "dp-tp-cp-pp"): rank 1 (tp_rank 1, dp 0, stage 0)
+    goes to device 0 + 1 x 2 = 2, so the dp pair {0, 2} of ranks shares devices 0 and 1."""
+    if explicit is not None:
+        return list(explicit)
+    if policy == "megatron":
+        return list(range(grid.world))
+    if policy == "random":
+        import numpy as np
+        return [int(x) for x in np.random.default_rng(seed).permutation(grid.world)]
+    order = policy.split("-")
+    size = {"tp": grid.tp, "cp": grid.cp, "dp": grid.dp, "pp": grid.pp}
+    key = {"tp": "tp_rank", "cp": "cp_rank", "dp": "dp_rank", "pp": "stage"}
+    out = []
+    for r in range(grid.world):
+        c = grid.coords(r)
+        dev, stride = 0, 1
+        for d in order:
+            dev += c[key[d]] * stride
+            stride *= size[d]
+        out.append(dev)
+    return out
+
+
+def placement_of(sc, grid: RankGrid, topo: Topology) -> list[int]:
+    p = sc.parallel
+    return placement(grid, topo, p.placement, sc.seed, p.device_of_rank)
 
 
 def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool = False) -> list[RankClass]:
@@ -171,6 +206,7 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
             link_prev=link_prev[r0], link_next=link_next[r0],
             pp_wrap=cls[wrap[r0]] if wrap[r0] is not None else None, link_wrap=link_wrap[r0],
             pp_mirror=cls[mir[r0]] if mir[r0] is not None else None, link_mirror=link_mir[r0],
+            device=place[r0],
         ))
     return out
 

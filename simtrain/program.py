@@ -76,7 +76,7 @@ def stream_sequences(ops: list) -> dict:
 
 
 class Lowering:
-    def __init__(self, sc: Scenario, topo: Topology, work: tuple, classes: list, sched: Schedule, costs):
+    def __init__(self, sc: Scenario, topo: Topology, work: tuple, classes: list, sched: Schedule, costs, place=None):
         self.sc, self.topo, self.work, self.classes, self.sched, self.costs = sc, topo, work, classes, sched, costs
         self.ops: list = []
         self.send_of: dict = {}      # (class id, F|B, mb, chunk) -> send op id
@@ -93,9 +93,9 @@ class Lowering:
         if sc.network.backend == "flow":
             # every group of a kind runs its collective at once: time them together, with contention
             from simtrain.flows import FlowNetwork
-            from simtrain.parallel import RankGrid, placement
+            from simtrain.parallel import RankGrid
             grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
-            place = placement(grid, topo)
+            place = place or list(range(grid.world))
             self.flow = FlowNetwork(topo, sc.seed)
             self.flow_groups = {k: [[place[r] for r in g] for g in grid.groups(k)] for k in ("tp", "dp")}        # (first compute op of each chain) of overlapped pairs
 

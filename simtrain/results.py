@@ -102,7 +102,7 @@ def chrome_trace(ops: list, tl, classes: list, topo) -> dict:
     for c in classes:
         r0 = c.ranks[0]
         ev.append({"ph": "M", "name": "process_name", "pid": c.id,
-                   "args": {"name": f"stage {c.stage} · rank {r0} ({topo.device_id(r0)}) ×{c.multiplicity} ranks"}})
+                   "args": {"name": f"stage {c.stage} · rank {r0} ({topo.device_id(c.device)}) ×{c.multiplicity} ranks"}})
         ev.append({"ph": "M", "name": "process_sort_index", "pid": c.id, "args": {"sort_index": c.id}})
         for s, t in tids.items():
             ev.append({"ph": "M", "name": "thread_name", "pid": c.id, "tid": t, "args": {"name": s}})

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from simtrain import engine
 from simtrain.costs import CalibratedRoofline
 from simtrain.devices import get_device
-from simtrain.parallel import RankGrid, equivalence_classes
+from simtrain.parallel import RankGrid, equivalence_classes, placement_of
 from simtrain.program import Lowering
 from simtrain.results import attribute, KINDS
 from simtrain.schedules import schedule_for
@@ -82,9 +82,10 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
     sched = schedule_for(p, m)
     work = build_workload(sc, sched.num_stages)
     grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
-    classes = equivalence_classes(grid, topo, mirror=sched.duplicated_stages)
+    place = placement_of(sc, grid, topo)
+    classes = equivalence_classes(grid, topo, place, mirror=sched.duplicated_stages)
     costs = costs or CalibratedRoofline(dev, sc.training.precision)
-    low = Lowering(sc, topo, work, classes, sched, costs)
+    low = Lowering(sc, topo, work, classes, sched, costs, place)
     ops = low.lower()
     tl = engine.run(ops, [c.id for c in classes])
     attr = attribute(ops, tl, classes)
@@ -105,7 +106,7 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
         stages.append({
             "class": c.id, "stage": c.stage, "model_stages": list(sched.stage_of[c.stage]),
             "layers": sum(work[k].num_layers for k in sched.stage_of[c.stage]),
-            "ranks": c.multiplicity, "representative_rank": c.ranks[0],
+            "ranks": c.multiplicity, "representative_rank": c.ranks[0], "device": topo.device_id(c.device),
             "compute_s": a["compute_s"], "bubble_s": a["bubble_s"],
             "exposed_comm_s": {k: a["exposed"][k] for k in KINDS},
         })

@@ -54,6 +54,8 @@ class ParallelSpec:
     last_stage_layers: Optional[int] = None
     vpp: int = 1                    # model chunks per rank (schedules that take it: interleaved_1f1b)
     schedule_csv: Optional[str] = None   # a torchtitan-format CSV schedule (absolute path once loaded)
+    placement: str = "megatron"     # megatron | random | an order such as dp-tp-cp-pp
+    device_of_rank: Optional[tuple] = None   # explicit placement: device of each rank
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ class Scenario:
         d = asdict(self)
         d.pop("source_file")
         d["cluster"]["topology"] = d["cluster"].pop("topology_file")
-        for k in ("first_stage_layers", "last_stage_layers", "schedule_csv"):
+        for k in ("first_stage_layers", "last_stage_layers", "schedule_csv", "device_of_rank"):
             if d["parallel"][k] is None:
                 d["parallel"].pop(k)
         if d["parallel"].get("schedule_csv"):

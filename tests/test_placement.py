@@ -1,0 +1,79 @@
+"""Placement policies: rank -> device maps, their validation, the check warning, and their effect
+on a contended fabric."""
+import pytest
+
+from simtrain.cli import main
+from simtrain.errors import ConfigError
+from simtrain.loading import load_scenario
+from simtrain.parallel import RankGrid, placement
+from simtrain.simulate import simulate
+
+from conftest import small_scenario, write
+
+
+def test_order_placement_worked_example():
+    """tp 2, dp 2, pp 2 with order dp-tp-cp-pp: device = dp + 2·tp + 4·stage (cp = 1). Rank 1
+    (tp_rank 1) goes to device 2; rank 2 (dp_rank 1) to device 1; rank 4 (stage 1) to device 4."""
+    g = RankGrid(2, 1, 2, 2)
+    assert placement(g, None, "dp-tp-cp-pp") == [0, 2, 1, 3, 4, 6, 5, 7]
+    assert placement(g, None, "tp-cp-dp-pp") == list(range(8))          # the Megatron order itself
+    assert placement(g, None) == list(range(8))
+
+
+def test_random_placement_is_a_seeded_permutation():
+    g = RankGrid(2, 1, 4, 2)
+    a, b, c = placement(g, None, "random", 1), placement(g, None, "random", 1), placement(g, None, "random", 2)
+    assert a == b and a != c and sorted(a) == list(range(16))
+
+
+def test_bad_placement_is_one_clear_error(tmp_path, fast_topology):
+    path = small_scenario(tmp_path, fast_topology)
+    with pytest.raises(ConfigError, match="parallel.placement: 'tp-pp' is not a placement policy"):
+        load_scenario(path, ["parallel.placement=tp-pp"])
+    with pytest.raises(ConfigError, match=r"parallel.device_of_rank: must list each device 0..3 exactly once"):
+        load_scenario(path, ["parallel.device_of_rank=[0, 1, 1, 2]"])
+
+
+def test_explicit_placement_moves_the_ranks(tmp_path, plain_topology):
+    """pp 4 over 4 devices of one node; reversing the devices keeps every link a scale-up link, so
+    the step is unchanged, while the result names the new devices."""
+    path = small_scenario(tmp_path, plain_topology)
+    sc, topo = load_scenario(path, ["parallel.device_of_rank=[3, 2, 1, 0]"])
+    r = simulate(sc, topo).result
+    assert [s["device"] for s in r["stages"]] == ["node0.gpu3", "node0.gpu2", "node0.gpu1", "node0.gpu0"]
+    sc0, topo0 = load_scenario(path)
+    assert r["step_time_s"] == simulate(sc0, topo0).result["step_time_s"]
+
+
+def test_check_warns_when_tp_crosses_a_node(tmp_path, plain_topology, capsys):
+    path = small_scenario(tmp_path, plain_topology, parallel={"tp": 2, "pp": 1, "dp": 4}, nodes=2)
+    assert main(["check", str(path), "--set", "parallel.placement=dp-tp-cp-pp"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: 4 of 4 tensor-parallel groups cross a node boundary" in out   # device = dp + 4 tp: pairs (0, 4), ...
+    assert main(["check", str(path)]) == 0
+    assert "cross a node boundary" not in capsys.readouterr().out
+
+
+def test_oversubscription_slows_the_dp_rings_that_cross_the_spine(tmp_path):
+    """4 nodes x 4 GPUs with one 10 GB/s NIC each, 2 nodes per leaf, one spine; tp 4 per node and
+    dp 4 across the nodes, so four dp rings (one per local GPU) run 0 -> 1 -> 2 -> 3 -> 0 over the
+    nodes, and two of their hops cross the spine. Each NIC carries 4 flows: 2.5 GB/s each.
+    Leaf uplink = 10 GB/s x 2 nodes / oversubscription: at 1:1 (20 GB/s, 5 per crossing flow) the
+    NIC limits; at 4:1 (5 GB/s, 1.25 per flow) the spine halves the rate of every ring step, so
+    the gradient all-reduce (not overlapped here, so all of it is exposed) takes about twice as
+    long; exactly 2x on the bandwidth term, latency unchanged."""
+    def topo(over):
+        return write(tmp_path / f"o{over}.yaml", f"""
+            name: o{over}
+            kind: two_tier
+            devices_per_node: 4
+            scale_up: {{bandwidth: "100 GB/s", latency: "2 us"}}
+            scale_out: {{nics_per_node: 1, nic_bandwidth: "80 Gb/s", latency: "5 us", nodes_per_leaf: 2, oversubscription: {over}}}
+        """)
+    res = {}
+    for over in (1, 4):
+        path = small_scenario(tmp_path, topo(over), parallel={"tp": 4, "pp": 1, "dp": 4, "overlap_grad_reduce": False},
+                              nodes=4, training={"global_batch_size": 8}, network={"backend": "flow"})
+        sc, t = load_scenario(path)
+        res[over] = simulate(sc, t).result["breakdown"]["exposed_comm_s"]["dp"]
+    assert 1.9 < res[4] / res[1] < 2.0
