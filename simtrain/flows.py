@@ -194,8 +194,8 @@ class FlowNetwork:
         if t.node_of(src) == t.node_of(dst):
             p = (a, f"node{t.node_of(src)}.switch", b)
         else:
-            na = f"node{t.node_of(src)}.nic{(src % t.devices_per_node) // t.devices_per_nic}"
-            nb = f"node{t.node_of(dst)}.nic{(dst % t.devices_per_node) // t.devices_per_nic}"
+            na = f"node{t.node_of(src)}.nic{t.nic_of(src)}"
+            nb = f"node{t.node_of(dst)}.nic{t.nic_of(dst)}"
             la, lb = f"leaf{t.leaf_of(src)}", f"leaf{t.leaf_of(dst)}"
             paths = self._core_paths.get((la, lb))
             if paths is None:

@@ -60,6 +60,7 @@ class Topology:
     spine_latency: float
     source: str = ""
     efficiency_sources: tuple = ()
+    rail_optimized: bool = False   # NIC k of every node on rail leaf k of its scalable unit (DGX SuperPOD)
 
     @property
     def num_devices(self) -> int:
@@ -77,7 +78,16 @@ class Topology:
         return device // self.devices_per_node
 
     def leaf_of(self, device: int) -> int:
-        return self.node_of(device) // self.nodes_per_leaf
+        """Leaf switch of the device's NIC. Plain fat-tree: all NICs of a node on one leaf, leaves
+        of `nodes_per_leaf` nodes. Rail-optimized: a scalable unit of `nodes_per_leaf` nodes has
+        one leaf per rail, NIC k of each node on rail k, so leaf = unit x nics_per_node + rail."""
+        unit = self.node_of(device) // self.nodes_per_leaf
+        if not self.rail_optimized:
+            return unit
+        return unit * self.nics_per_node + self.nic_of(device)
+
+    def nic_of(self, device: int) -> int:
+        return (device % self.devices_per_node) // self.devices_per_nic
 
     def device_id(self, device: int) -> str:
         return f"node{self.node_of(device)}.{self.device_label}{device % self.devices_per_node}"
@@ -106,6 +116,10 @@ class Topology:
             b = self.devices_per_node
         else:
             b = self.nodes_per_leaf * self.devices_per_node
+            if self.rail_optimized and self.nodes > 1:
+                b = self.devices_per_node + self.devices_per_nic % self.devices_per_node   # next node, another rail
+                if self.nics_per_node == 1:
+                    b = self.nodes_per_leaf * self.devices_per_node
         g = self.graph()
         path = nx.shortest_path(g, self.device_id(a), self.device_id(b))
         bw = min(g.edges[u, v]["flow_bw"] for u, v in zip(path, path[1:]))
@@ -120,24 +134,27 @@ class Topology:
 
 def build_two_tier_graph(t: Topology) -> nx.Graph:
     g = nx.Graph(name=t.name)
-    leaves = math.ceil(t.nodes / t.nodes_per_leaf)
+    units = math.ceil(t.nodes / t.nodes_per_leaf)
+    leaves = units * (t.nics_per_node if t.rail_optimized else 1)
     multi_leaf = leaves > 1
+    # every leaf's uplinks carry 1/oversubscription of its downlinks, spread over nics_per_node spines
+    down = t.nic_bw * t.nodes_per_leaf * (1 if t.rail_optimized else t.nics_per_node)
     for s in range(t.nics_per_node if multi_leaf else 0):
         g.add_node(f"spine{s}", kind="spine")
     for leaf in range(leaves):
         g.add_node(f"leaf{leaf}", kind="leaf")
         for s in range(t.nics_per_node if multi_leaf else 0):
-            g.add_edge(f"leaf{leaf}", f"spine{s}", bw=t.nic_bw * t.nodes_per_leaf / t.oversubscription,
+            g.add_edge(f"leaf{leaf}", f"spine{s}", bw=down / t.nics_per_node / t.oversubscription,
                        flow_bw=t.nic_bw / t.oversubscription, latency=t.spine_latency)
     half_up, half_out = t.scale_up_latency / 2, t.scale_out_latency / 2
     for node in range(t.nodes):
         sw = f"node{node}.switch"
         g.add_node(sw, kind="scale_up_switch")
-        leaf = f"leaf{node // t.nodes_per_leaf}"
         for n in range(t.nics_per_node):
             nic = f"node{node}.nic{n}"
             g.add_node(nic, kind="nic")
-            g.add_edge(nic, leaf, bw=t.nic_bw, flow_bw=t.nic_bw, latency=half_out)
+            g.add_edge(nic, f"leaf{t.leaf_of(node * t.devices_per_node + n * t.devices_per_nic)}",
+                       bw=t.nic_bw, flow_bw=t.nic_bw, latency=half_out)
         for d in range(t.devices_per_node):
             dev = f"node{node}.{t.device_label}{d}"
             g.add_node(dev, kind="device")
@@ -169,6 +186,7 @@ _TWO_TIER = {
         "oversubscription": ("float", False, 1.0),
         "nodes_per_leaf": ("int", False, 32),
         "spine_latency": ("time", False, "0 us"),
+        "rail_optimized": ("bool", False, False),
         "efficiency": ("float", False, 1.0),
         "efficiency_source": ("str", False, ""),
     }),
@@ -319,6 +337,7 @@ def load_topology(file: Path, nodes: int) -> Topology:
         oversubscription=out["oversubscription"], nodes_per_leaf=out["nodes_per_leaf"],
         spine_latency=out["spine_latency"], source=v["source"],
         efficiency_sources=(up["efficiency_source"], out["efficiency_source"]),
+        rail_optimized=out["rail_optimized"],
     )
 
 

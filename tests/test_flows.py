@@ -149,3 +149,34 @@ def test_rings_with_several_members_per_node_stripe_over_their_nics(tmp_path):
     flow = net.collective_time("all_reduce", 1e8, groups)
     closed = ring_time("all_reduce", 1e8, group_shape(groups[0], net.topo), net.topo)
     assert flow == pytest.approx(closed, rel=1e-12)
+
+
+RAIL = """
+    name: rail
+    kind: two_tier
+    devices_per_node: 8
+    scale_up: {bandwidth: "100 GB/s", latency: "2 us"}
+    scale_out: {nics_per_node: 8, nic_bandwidth: "80 Gb/s", latency: "5 us", nodes_per_leaf: 8,
+                oversubscription: 2, rail_optimized: true}
+"""
+
+
+def test_rail_aligned_rings_avoid_the_oversubscribed_spine(tmp_path):
+    """Rail-optimized unit of 8 nodes: NIC k of every node on rail leaf k; 2:1 uplinks. Rings over
+    GPU j of every node (rail-aligned, the dp groups of a tp-8 Megatron plan) stay on leaf j:
+    NIC-limited, 10 GB/s, exactly the closed form. Rings over GPU (node + j) mod 8 change rail at
+    every hop, so all 8 flows leaving a leaf cross the spine, whose uplinks total 8 x 10 / 2 =
+    40 GB/s: some flow gets at most 5 GB/s, and a ring step lasts at least (n/p) / 5 GB/s."""
+    from simtrain.collectives import ring_time
+    from simtrain.parallel import group_shape
+    topo = load_topology(write(tmp_path / "rail.yaml", RAIL), 8)
+    net = FlowNetwork(topo)
+    n, p = 1e8, 8
+    aligned = [[node * 8 + j for node in range(8)] for j in range(8)]
+    t_al = net.collective_time("all_reduce", n, aligned)
+    assert t_al == pytest.approx(ring_time("all_reduce", n, group_shape(aligned[0], topo), topo), rel=1e-12)
+    assert t_al == pytest.approx(14 * (5e-6 + n / p / 10e9), rel=1e-12)
+    diagonal = [[node * 8 + (node + j) % 8 for node in range(8)] for j in range(8)]
+    t_diag = net.collective_time("all_reduce", n, diagonal)
+    assert t_diag >= 14 * (n / p / 5e9)
+    assert topo.link_class_name(0, 8) == "leaf" and topo.link_class_name(0, 9) == "spine"
