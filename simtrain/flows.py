@@ -57,11 +57,12 @@ def maxmin(paths: list, cap: dict) -> list:
     return rate
 
 
-def run_flows(paths: list, sizes: list, cap: dict, latency: list | None = None) -> list:
+def run_flows(paths: list, sizes: list, cap: dict, latency: list | None = None, saturated: dict | None = None) -> list:
     """Finish time of each flow, all starting at t=0: max-min rates recomputed whenever a flow
     ends; a flow finishes when its last byte is sent plus its path latency.
     Worked example: two flows of 1 and 3 bytes on one link of 1 B/s share it at 0.5 until t=2,
-    when the first is done; the second then runs at 1 B/s with 2 bytes left and ends at t=4."""
+    when the first is done; the second then runs at 1 B/s with 2 bytes left and ends at t=4.
+    `saturated`, when given, accumulates per link the time it ran at full capacity."""
     n = len(paths)
     remaining = list(map(float, sizes))
     done_at = [0.0] * n
@@ -70,6 +71,14 @@ def run_flows(paths: list, sizes: list, cap: dict, latency: list | None = None) 
     while live:
         rates = maxmin([paths[i] for i in live], cap)
         dt = min(remaining[i] / r for i, r in zip(live, rates))
+        if saturated is not None:
+            load: dict = {}
+            for i, r in zip(live, rates):
+                for e in paths[i]:
+                    load[e] = load.get(e, 0.0) + r
+            for e, x in load.items():
+                if x >= cap[e] * (1 - 1e-9):
+                    saturated[e] = saturated.get(e, 0.0) + dt
         nxt = []
         for i, r in zip(live, rates):
             remaining[i] -= r * dt
@@ -206,18 +215,33 @@ class FlowNetwork:
 
     def phase_time(self, transfers: list) -> float:
         """Duration of one phase: all transfers start together; it ends with the slowest flow."""
+        return self.phase(transfers)[0]
+
+    def phase(self, transfers: list) -> tuple:
+        """(duration, bytes per link, saturated seconds per link) of one phase, cached."""
         key = tuple(transfers)
         hit = self._phase_cache.get(key)
         if hit is None:
             paths = [self.route(t.src, t.dst, (t.src, t.dst, i)) for i, t in enumerate(transfers)]
             lat = [sum(self.lat[e] for e in p) for p in paths]
-            hit = self._phase_cache[key] = max(run_flows(paths, [t.bytes for t in transfers], self.cap, lat), default=0.0)
+            sat: dict = {}
+            dur = max(run_flows(paths, [t.bytes for t in transfers], self.cap, lat, sat), default=0.0)
+            moved: dict = {}
+            for p, t in zip(paths, transfers):
+                for e in p:
+                    moved[e] = moved.get(e, 0.0) + t.bytes
+            hit = self._phase_cache[key] = (dur, moved, sat)
         return hit
 
     def collective_time(self, coll: str, n: float, groups: list, algorithm: str = "ring") -> float:
         """Time of one collective run at once by every group in `groups` (device lists)."""
+        return self.collective(coll, n, groups, algorithm)[0]
+
+    def collective(self, coll: str, n: float, groups: list, algorithm: str = "ring") -> tuple:
+        """(time, bytes per link, saturated seconds per link) of one collective run at once by
+        every group in `groups`."""
         if not groups or len(groups[0]) <= 1 or n <= 0:
-            return 0.0
+            return 0.0, {}, {}
         if algorithm == "hierarchical":
             by_node = []
             for g in groups:
@@ -226,7 +250,7 @@ class FlowNetwork:
                     nodes.setdefault(self.topo.node_of(d), []).append(d)
                 by_node.append(list(nodes.values()))
             if any(len({len(x) for x in bn}) != 1 or len(bn) == 1 or len(bn[0]) == 1 for bn in by_node):
-                return self.collective_time(coll, n, groups, "ring")
+                return self.collective(coll, n, groups, "ring")
             per_group = [hierarchical_phases(coll, bn, n) for bn in by_node]
             phases = [sum((pg[i] for pg in per_group), []) for i in range(len(per_group[0]))]
         else:
@@ -240,7 +264,20 @@ class FlowNetwork:
                     built[id(ph)] = (ph, [t for g, m in zip(groups, members) for a, b, nb in ph
                                           for t in self._channels(m, g[a], g[b], nb)])
                 phases.append(built[id(ph)][1])
-        return sum(self.phase_time(ph) for ph in phases)
+        total, moved, sat = 0.0, {}, {}
+        times: dict = {}          # identical phases (ring steps) are counted, not re-added link by link
+        objs: dict = {}
+        for ph in phases:
+            times[id(ph)] = times.get(id(ph), 0) + 1
+            objs[id(ph)] = ph
+        for k, cnt in times.items():
+            d, m, sa = self.phase(objs[k])
+            total += cnt * d
+            for e, x in m.items():
+                moved[e] = moved.get(e, 0.0) + cnt * x
+            for e, x in sa.items():
+                sat[e] = sat.get(e, 0.0) + cnt * x
+        return total, moved, sat
 
     def _by_node(self, group: list) -> dict:
         key = tuple(group)

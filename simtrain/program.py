@@ -90,6 +90,8 @@ class Lowering:
         self._coll_cache: dict = {}
         self.pairs: list = []
         self.flow = None
+        self.flow_stats: dict = {}   # collective key -> (time, bytes per link, saturated s per link)
+        self.flow_key_of: dict = {}  # comm op id -> collective key
         if sc.network.backend == "flow":
             # every group of a kind runs its collective at once: time them together, with contention
             from simtrain.flows import FlowNetwork
@@ -122,14 +124,46 @@ class Lowering:
             if self.flow is not None:
                 groups = self.flow_groups[comm.kind]
                 algos = ("ring", "hierarchical") if self.algo == "auto" else (self.algo,)
-                dur = min(self.flow.collective_time(comm.collective, comm.size_bytes, groups, a) for a in algos)
+                best = min((self.flow.collective(comm.collective, comm.size_bytes, groups, a) for a in algos), key=lambda x: x[0])
+                dur = best[0]
+                self.flow_stats[key] = best
             else:
                 dur = collective_time(comm.collective, comm.size_bytes, shape, self.topo, self.algo)
             self._coll_cache[key] = dur
-        return self._new(c, stream=comm.kind, kind="coll", category=comm.kind, duration=dur,
-                         label=f"{comm.collective}:{comm.name}", mb=mb, chunk=chunk, deps=list(deps),
-                         rendezvous=(comm.kind, seq, peers) if len(peers) > 1 else None, peers=len(peers),
-                         bytes=comm.size_bytes, transient=transient)
+        op = self._new(c, stream=comm.kind, kind="coll", category=comm.kind, duration=dur,
+                       label=f"{comm.collective}:{comm.name}", mb=mb, chunk=chunk, deps=list(deps),
+                       rendezvous=(comm.kind, seq, peers) if len(peers) > 1 else None, peers=len(peers),
+                       bytes=comm.size_bytes, transient=transient)
+        if self.flow is not None:
+            self.flow_key_of[op.id] = key
+        return op
+
+    def link_report(self, top: int = 10) -> dict:
+        """Busiest links of the step (flow backend): every group of a kind runs each collective
+        together, so a link's load is each collective's per-link load times the number of times
+        the collective runs in the class that runs it most."""
+        count: dict = {}
+        for oid, key in self.flow_key_of.items():
+            cid = self.ops[oid].cls
+            count[(key, cid)] = count.get((key, cid), 0) + 1
+        runs: dict = {}
+        for (key, cid), n in count.items():
+            runs[key] = max(runs.get(key, 0), n)
+        moved, sat = {}, {}
+        for key, n in runs.items():
+            _, m, s = self.flow_stats[key]
+            for e, x in m.items():
+                moved[e] = moved.get(e, 0.0) + n * x
+            for e, x in s.items():
+                sat[e] = sat.get(e, 0.0) + n * x
+
+        def row(e):
+            return {"link": f"{e[0]}->{e[1]}", "bytes": moved.get(e, 0.0), "saturated_s": sat.get(e, 0.0),
+                    "capacity_bytes_per_s": self.flow.cap[e]}
+        by_bytes = sorted(moved, key=lambda e: (-moved[e], e))[:top]
+        by_sat = sorted(sat, key=lambda e: (-sat[e], e))[:top]
+        return {"by_bytes": [row(e) for e in by_bytes], "by_saturated_time": [row(e) for e in by_sat],
+                "scope": "tp and dp collectives (flow backend); pipeline sends not included"}
 
     def lower(self) -> list:
         for c in self.classes:

@@ -158,4 +158,6 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
         "simulated_ops": len(ops),
         "coverage": sorted(costs.coverage),
     }
+    if low.flow is not None:
+        result["links"] = low.link_report()
     return StepRun(result, ops, tl, classes, topo, time.perf_counter() - t0)

@@ -180,3 +180,29 @@ def test_rail_aligned_rings_avoid_the_oversubscribed_spine(tmp_path):
     t_diag = net.collective_time("all_reduce", n, diagonal)
     assert t_diag >= 14 * (n / p / 5e9)
     assert topo.link_class_name(0, 8) == "leaf" and topo.link_class_name(0, 9) == "spine"
+
+
+def test_link_bytes_and_saturated_time_of_a_ring(tmp_path):
+    """Ring all-reduce over 8 GPUs of one node: each GPU's uplink to the switch carries one n/p
+    chunk per step, 2(p-1) steps: 2(p-1)/p·n bytes, and runs at full capacity for the transfer
+    part of every step, 2(p-1)·(n/p)/B seconds (not during the latency)."""
+    net = _net(tmp_path, 1)
+    n, p, B = 64e6, 8, 100e9
+    t, moved, sat = net.collective("all_reduce", n, [list(range(8))])
+    up = ("node0.gpu3", "node0.switch")
+    assert moved[up] == pytest.approx(2 * (p - 1) / p * n)
+    assert sat[up] == pytest.approx(2 * (p - 1) * n / p / B, rel=1e-9)
+
+
+def test_result_lists_the_busiest_links_with_the_flow_backend(tmp_path, plain_topology):
+    from conftest import small_scenario
+    from simtrain.loading import load_scenario
+    from simtrain.simulate import simulate
+    path = small_scenario(tmp_path, plain_topology, parallel={"tp": 4, "pp": 1, "dp": 4}, nodes=4,
+                          training={"global_batch_size": 8})
+    sc, t = load_scenario(path, ["network.backend=flow"])
+    links = simulate(sc, t).result["links"]
+    assert links["by_bytes"][0]["bytes"] >= links["by_bytes"][-1]["bytes"] > 0
+    assert "->" in links["by_saturated_time"][0]["link"]
+    sc, t = load_scenario(path)
+    assert "links" not in simulate(sc, t).result
