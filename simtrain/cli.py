@@ -68,7 +68,7 @@ def cmd_run(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
         write_atomic(out / "result.json", to_json(r).encode())
         write_atomic(out / "scenario.resolved.yaml", yaml.safe_dump(sc.resolved(), sort_keys=False).encode())
-        write_atomic(out / "trace.json", json.dumps(chrome_trace(run.ops, run.timeline, run.classes, topo)).encode())
+        write_atomic(out / "trace.json", json.dumps(chrome_trace(run.ops, run.timeline, run.classes, topo, run.link_series)).encode())
         timeline_png(run.ops, run.timeline, run.classes, out / "timeline.png", f"{sc.name}: step {fmt_time(r['step_time_s'])}")
         write_atomic(out / "run_info.json", to_json({
             "simtrain_version": __version__, "python": platform.python_version(),

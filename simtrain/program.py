@@ -138,17 +138,54 @@ class Lowering:
             self.flow_key_of[op.id] = key
         return op
 
-    def link_report(self, top: int = 10) -> dict:
-        """Busiest links of the step (flow backend): every group of a kind runs each collective
-        together, so a link's load is each collective's per-link load times the number of times
-        the collective runs in the class that runs it most."""
+    def _runs(self) -> tuple:
+        """Per collective key: how often it runs (in the class that runs it most) and that class."""
         count: dict = {}
         for oid, key in self.flow_key_of.items():
             cid = self.ops[oid].cls
             count[(key, cid)] = count.get((key, cid), 0) + 1
-        runs: dict = {}
-        for (key, cid), n in count.items():
-            runs[key] = max(runs.get(key, 0), n)
+        runs, where = {}, {}
+        for (key, cid), n in sorted(count.items(), key=lambda kv: kv[0][1]):
+            if n > runs.get(key, 0):
+                runs[key], where[key] = n, cid
+        return runs, where
+
+    def link_timeline(self, tl, links: list) -> dict:
+        """link -> [(time, utilisation)] change points over the step: while a collective runs, a
+        link carries its per-link bytes spread over the collective's duration. Collectives of
+        different kinds add up (their mutual contention is not modelled, so a sum above 1 marks
+        demand the fabric could not have served)."""
+        runs, where = self._runs()
+        want = set(links)
+        deltas: dict = {e: [] for e in links}
+        for oid, key in self.flow_key_of.items():
+            op = self.ops[oid]
+            if where.get(key) != op.cls:
+                continue
+            s, e_ = tl.start[oid], tl.end[oid]
+            if e_ <= s:
+                continue
+            moved = self.flow_stats[key][1]
+            for e in want.intersection(moved):
+                u = moved[e] / (self.flow.cap[e] * (e_ - s))
+                deltas[e] += [(s, u), (e_, -u)]
+        out = {}
+        for e, ds in deltas.items():
+            cur, pts = 0.0, [(0.0, 0.0)]
+            for t, d in sorted(ds):
+                cur += d
+                if pts and pts[-1][0] == t:
+                    pts[-1] = (t, max(0.0, cur))
+                else:
+                    pts.append((t, max(0.0, cur)))
+            out[e] = pts
+        return out
+
+    def link_report(self, top: int = 10) -> dict:
+        """Busiest links of the step (flow backend): every group of a kind runs each collective
+        together, so a link's load is each collective's per-link load times the number of times
+        the collective runs in the class that runs it most."""
+        runs, _ = self._runs()
         moved, sat = {}, {}
         for key, n in runs.items():
             _, m, s = self.flow_stats[key]
@@ -162,6 +199,7 @@ class Lowering:
                     "capacity_bytes_per_s": self.flow.cap[e]}
         by_bytes = sorted(moved, key=lambda e: (-moved[e], e))[:top]
         by_sat = sorted(sat, key=lambda e: (-sat[e], e))[:top]
+        self.busiest = by_sat[:8] or by_bytes[:8]
         return {"by_bytes": [row(e) for e in by_bytes], "by_saturated_time": [row(e) for e in by_sat],
                 "scope": "tp and dp collectives (flow backend); pipeline sends not included"}
 

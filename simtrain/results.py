@@ -96,9 +96,19 @@ def to_json(result: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 # Chrome / Perfetto trace
 
-def chrome_trace(ops: list, tl, classes: list, topo) -> dict:
+def chrome_trace(ops: list, tl, classes: list, topo, link_series: dict | None = None) -> dict:
+    """`link_series` (flow backend): counter tracks of the busiest links' utilisation, in a
+    "network" process after the rank classes."""
     tids = {"compute": 0, "tp": 1, "dp": 2, "pp_next": 3, "pp_prev": 4}
     ev = []
+    if link_series:
+        npid = max(c.id for c in classes) + 1
+        ev.append({"ph": "M", "name": "process_name", "pid": npid, "args": {"name": "network: busiest links (utilisation)"}})
+        ev.append({"ph": "M", "name": "process_sort_index", "pid": npid, "args": {"sort_index": npid}})
+        for (u, v), pts in link_series.items():
+            name = f"{u}->{v}"
+            for t, x in pts:
+                ev.append({"ph": "C", "name": name, "pid": npid, "ts": round(t * 1e6, 3), "args": {"utilisation": round(x, 4)}})
     for c in classes:
         r0 = c.ranks[0]
         ev.append({"ph": "M", "name": "process_name", "pid": c.id,

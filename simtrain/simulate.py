@@ -38,6 +38,7 @@ class StepRun:
     classes: list
     topology: Topology
     wall_s: float
+    link_series: dict = None      # busiest links -> [(time, utilisation)] (flow backend)
 
 
 def static_memory(sc: Scenario, params: float) -> dict:
@@ -158,6 +159,8 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
         "simulated_ops": len(ops),
         "coverage": sorted(costs.coverage),
     }
+    series = None
     if low.flow is not None:
         result["links"] = low.link_report()
-    return StepRun(result, ops, tl, classes, topo, time.perf_counter() - t0)
+        series = low.link_timeline(tl, low.busiest)
+    return StepRun(result, ops, tl, classes, topo, time.perf_counter() - t0, series)

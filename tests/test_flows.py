@@ -206,3 +206,24 @@ def test_result_lists_the_busiest_links_with_the_flow_backend(tmp_path, plain_to
     assert "->" in links["by_saturated_time"][0]["link"]
     sc, t = load_scenario(path)
     assert "links" not in simulate(sc, t).result
+
+
+def test_trace_has_counter_tracks_of_the_busiest_links(tmp_path, plain_topology):
+    """With the flow backend the trace gets one counter track per busy link; while a collective
+    runs, its link carries the collective's bytes over its duration, so utilisation stays in
+    (0, 1] for a single collective and is back at 0 at the end."""
+    import json
+    from conftest import small_scenario
+    from simtrain.cli import main
+    path = small_scenario(tmp_path, plain_topology, parallel={"tp": 4, "pp": 1, "dp": 4, "overlap_grad_reduce": False},
+                          nodes=4, training={"global_batch_size": 8}, network={"backend": "flow"})
+    assert main(["run", str(path), "--out", str(tmp_path / "o")]) == 0
+    ev = json.loads((tmp_path / "o" / "trace.json").read_text())["traceEvents"]
+    counters = [e for e in ev if e["ph"] == "C"]
+    names = {e["name"] for e in counters}
+    busiest = {x["link"] for x in json.loads((tmp_path / "o" / "result.json").read_text())["links"]["by_saturated_time"][:8]}
+    assert names and names <= busiest | {x["link"] for x in json.loads((tmp_path / "o" / "result.json").read_text())["links"]["by_bytes"]}
+    vals = [e["args"]["utilisation"] for e in counters]
+    assert max(vals) > 0 and all(v >= 0 for v in vals)
+    for n in names:
+        assert [e for e in counters if e["name"] == n][-1]["args"]["utilisation"] == 0
