@@ -121,7 +121,8 @@ def cmd_check(args) -> int:
         nodes = sorted({topo.node_of(place[r]) for r in g})
         print(f"  warning: {len(crossing)} of {len(grid.groups('tp'))} tensor-parallel groups cross a node boundary "
               f"(e.g. ranks {g[0]}..{g[-1]} on nodes {', '.join(map(str, nodes[:4]))}{'...' if len(nodes) > 4 else ''}); "
-              f"their collectives go over the scale-out network; keep tp <= {topo.devices_per_node} with placement megatron")
+              f"their collectives go over the scale-out network; "
+              + (f"keep tp <= {topo.devices_per_node}" if p.tp > topo.devices_per_node else "use placement megatron or scattered, which keep tp groups inside a node"))
     return 0
 
 

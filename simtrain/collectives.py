@@ -51,7 +51,10 @@ def ring_time(coll: str, n: float, g: GroupShape, topo: Topology) -> float:
     if not g.spans_nodes:
         return _ring(coll, p, n, lambda s: s * a_up, b_up)
     a_net, b_net = _net(topo, g.leaves)
-    bw = min(b_up, g.per_node * b_net) if g.per_node > 1 else b_net
+    # the ring leaves every node through its members' NIC shares: the node with the fewest members
+    # limits it (Megatron order gives every node the same count)
+    k = g.min_per_node or g.per_node
+    bw = min(b_up, k * b_net) if k > 1 else b_net
     n_inter = (2 if coll == "all_reduce" else 1) * (g.nodes - 1)
     return _ring(coll, p, n, lambda s: (s - n_inter) * a_up + n_inter * a_net, bw)
 

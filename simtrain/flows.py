@@ -8,9 +8,10 @@ every directed link by max-min fairness (progressive filling), and the rates are
 time a flow starts or ends, so a phase lasts until its slowest flow has delivered its last byte.
 
 Contention is modelled between all groups that run the same collective at the same time: the
-data-parallel (or tensor-parallel) groups of an SPMD step issue it in lockstep, so the backend
-times one collective as the concurrent phases of *every* group of that kind. That is where
-oversubscribed uplinks, shared NICs and placement bite. Traffic of different kinds overlapping
+data-parallel (or tensor-parallel) groups of one pipeline stage run the same program in lockstep,
+so the backend times one collective as the concurrent phases of every group of that kind in the
+stage (other stages are staggered by the schedule). That is where oversubscribed uplinks,
+shared NICs and placement bite. Traffic of different kinds overlapping
 in time (a gradient bucket under a pipeline send) is not yet made to contend.
 
 Max-min fairness, progressive filling (Bertsekas & Gallager, "Data Networks", §6.5.2): raise
@@ -70,6 +71,14 @@ def run_flows(paths: list, sizes: list, cap: dict, latency: list | None = None, 
     t = 0.0
     while live:
         rates = maxmin([paths[i] for i in live], cap)
+        instant = [i for i, r in zip(live, rates) if r == math.inf]
+        if instant:
+            # no link (a transfer to itself) or unlimited links: done at once
+            for i in instant:
+                done_at[i] = t
+                remaining[i] = 0.0
+            live = [i for i in live if i not in set(instant)]
+            continue
         dt = min(remaining[i] / r for i, r in zip(live, rates))
         if saturated is not None:
             load: dict = {}
@@ -168,6 +177,28 @@ def hierarchical_phases(coll: str, groups_of_nodes: list, n: float) -> list:
 
 # -----------------------------------------------------------------------------------------------
 
+def access_path(topo, src: int, dst: int, core_paths: dict | None = None, pick=None) -> tuple:
+    """Node names of the route src -> dst on a two-tier fabric: through the node switch inside a
+    node; otherwise device -> its NIC -> the NIC's leaf -> a shortest path through the switch core
+    -> leaf -> NIC -> device (never through another GPU). `pick` chooses among equal-cost core
+    paths (ECMP); by default the first."""
+    t = topo
+    a, b = t.device_id(src), t.device_id(dst)
+    if t.node_of(src) == t.node_of(dst):
+        return (a, f"node{t.node_of(src)}.switch", b)
+    na = f"node{t.node_of(src)}.nic{t.nic_of(src)}"
+    nb = f"node{t.node_of(dst)}.nic{t.nic_of(dst)}"
+    la, lb = f"leaf{t.leaf_of(src)}", f"leaf{t.leaf_of(dst)}"
+    cache = core_paths if core_paths is not None else {}
+    paths = cache.get((la, lb))
+    if paths is None:
+        g = t.graph()
+        core = g.subgraph([x for x, k in g.nodes(data="kind") if k in ("leaf", "spine")])
+        paths = cache[(la, lb)] = sorted(tuple(x) for x in nx.all_shortest_paths(core, la, lb))
+    chosen = pick(paths) if pick is not None and len(paths) > 1 else paths[0]
+    return (a, na) + chosen + (nb, b)
+
+
 class FlowNetwork:
     """Routes and times concurrent transfers over a topology's graph.
 
@@ -187,10 +218,7 @@ class FlowNetwork:
             self.cap[(u, v)] = self.cap[(v, u)] = d["bw"] * eff
         self.lat = {(u, v): d["latency"] for u, v, d in self.g.edges(data=True)}
         self.lat.update({(v, u): x for (u, v), x in list(self.lat.items())})
-        # routing works on the small core of switches; a device's access links are fixed
-        # (two_tier: device -> node switch inside a node, device -> NIC -> leaf outside it)
-        self.core = self.g.subgraph([x for x, k in self.g.nodes(data="kind") if k in ("leaf", "spine")])
-        self._core_paths: dict = {}
+        self._core_paths: dict = {}     # (leaf, leaf) -> equal-cost paths through the switch core
         self._node_members: dict = {}
 
     def route(self, src: int, dst: int, flow_id) -> tuple:
@@ -198,19 +226,8 @@ class FlowNetwork:
         (seed, flow id), so the same input and seed give the same routes."""
         if src == dst:
             return ()
-        t = self.topo
-        a, b = t.device_id(src), t.device_id(dst)
-        if t.node_of(src) == t.node_of(dst):
-            p = (a, f"node{t.node_of(src)}.switch", b)
-        else:
-            na = f"node{t.node_of(src)}.nic{t.nic_of(src)}"
-            nb = f"node{t.node_of(dst)}.nic{t.nic_of(dst)}"
-            la, lb = f"leaf{t.leaf_of(src)}", f"leaf{t.leaf_of(dst)}"
-            paths = self._core_paths.get((la, lb))
-            if paths is None:
-                paths = self._core_paths[(la, lb)] = sorted(tuple(x) for x in nx.all_shortest_paths(self.core, la, lb))
-            core = paths[zlib.crc32(repr((self.seed, flow_id)).encode()) % len(paths)] if len(paths) > 1 else paths[0]
-            p = (a, na) + core + (nb, b)
+        p = access_path(self.topo, src, dst, self._core_paths,
+                        lambda paths: paths[zlib.crc32(repr((self.seed, flow_id)).encode()) % len(paths)])
         return tuple(zip(p, p[1:]))
 
     def phase_time(self, transfers: list) -> float:

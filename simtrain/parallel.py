@@ -28,6 +28,7 @@ class GroupShape:
     per_node: int          # largest number of members on one node
     uniform: bool          # every spanned node holds the same number of members
     leaves: int
+    min_per_node: int = 0  # smallest number of members on a spanned node
 
     @property
     def spans_nodes(self) -> bool:
@@ -105,7 +106,7 @@ def group_shape(devs, topo: Topology) -> GroupShape:
     per_node = Counter(topo.node_of(d) for d in devs)
     leaves = {topo.leaf_of(d) for d in devs}
     counts = set(per_node.values())
-    return GroupShape(len(devs), len(per_node), max(counts), len(counts) == 1, len(leaves))
+    return GroupShape(len(devs), len(per_node), max(counts), len(counts) == 1, len(leaves), min(counts))
 
 
 DIMS = ("tp", "cp", "dp", "pp")
@@ -117,6 +118,9 @@ def placement(grid: RankGrid, topo: Topology, policy: str = "megatron", seed: in
       megatron      rank r on device r: tp fastest, so a tp group of 8 fills an 8-GPU node
       "dp-tp-cp-pp" any order of the four dimensions, first varying fastest over the devices:
                     device = sum_i coord[dim_i] x prod_{j<i} size[dim_j]
+      scattered     Megatron order within a node, but consecutive nodes dealt round-robin over
+                    the leaves, as a scheduler that scatters a job's nodes does: node k goes to
+                    leaf k mod L (L leaves), slot k div L; tp groups stay inside nodes
       random        a seeded random permutation (a baseline for placement studies)
       explicit      the given list: explicit[r] is rank r's device
     Worked example (tp 2, dp 2, pp 2, order "dp-tp-cp-pp"): rank 1 (tp_rank 1, dp 0, stage 0)
@@ -125,6 +129,18 @@ def placement(grid: RankGrid, topo: Topology, policy: str = "megatron", seed: in
         return list(explicit)
     if policy == "megatron":
         return list(range(grid.world))
+    if policy == "scattered":
+        dpn = topo.devices_per_node
+        nodes = grid.world // dpn
+        leaves = max(1, -(-nodes // topo.nodes_per_leaf))
+        out = []
+        for r in range(grid.world):
+            k = r // dpn
+            phys = (k % leaves) * topo.nodes_per_leaf + k // leaves
+            out.append(phys * dpn + r % dpn)
+        if sorted(out) != list(range(grid.world)):      # leaves not evenly filled: keep Megatron order
+            return list(range(grid.world))
+        return out
     if policy == "random":
         import numpy as np
         return [int(x) for x in np.random.default_rng(seed).permutation(grid.world)]

@@ -99,7 +99,13 @@ class Lowering:
             grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
             place = place or list(range(grid.world))
             self.flow = FlowNetwork(topo, sc.seed)
-            self.flow_groups = {k: [[place[r] for r in g] for g in grid.groups(k)] for k in ("tp", "dp")}        # (first compute op of each chain) of overlapped pairs
+            # the groups of one pipeline stage run the same program in lockstep; other stages are
+            # staggered by the schedule, so only same-stage groups are timed together
+            self.flow_groups = {}
+            for k in ("tp", "dp"):
+                for g in grid.groups(k):
+                    st = grid.coords(g[0])["stage"]
+                    self.flow_groups.setdefault((k, st), []).append([place[r] for r in g])        # (first compute op of each chain) of overlapped pairs
 
     def _new(self, c: RankClass, **kw) -> EOp:
         op = EOp(id=len(self.ops), cls=c.id, **kw)
@@ -118,11 +124,14 @@ class Lowering:
     def comm_op(self, c: RankClass, comm: Comm, deps, mb, seq, transient=0.0, chunk=0) -> EOp:
         shape = c.tp_shape if comm.kind == "tp" else c.dp_shape
         peers = c.tp_peers if comm.kind == "tp" else c.dp_peers
-        key = (comm.collective, comm.size_bytes, shape, comm.kind)
+        if self.flow is not None:
+            key = (comm.collective, comm.size_bytes, comm.kind, c.stage)   # the shape is in the routes
+        else:
+            key = (comm.collective, comm.size_bytes, shape, comm.kind)
         dur = self._coll_cache.get(key)
         if dur is None:
             if self.flow is not None:
-                groups = self.flow_groups[comm.kind]
+                groups = self.flow_groups[(comm.kind, c.stage)]
                 algos = ("ring", "hierarchical") if self.algo == "auto" else (self.algo,)
                 best = min((self.flow.collective(comm.collective, comm.size_bytes, groups, a) for a in algos), key=lambda x: x[0])
                 dur = best[0]

@@ -115,13 +115,14 @@ class Topology:
         elif cls == "leaf":
             b = self.devices_per_node
         else:
+            # a pair whose route crosses the spine: the first device of the next leaf's unit (same
+            # rail); on a rail-optimized fabric inside one unit, a device on another rail
             b = self.nodes_per_leaf * self.devices_per_node
-            if self.rail_optimized and self.nodes > 1:
-                b = self.devices_per_node + self.devices_per_nic % self.devices_per_node   # next node, another rail
-                if self.nics_per_node == 1:
-                    b = self.nodes_per_leaf * self.devices_per_node
+            if self.rail_optimized and b >= self.num_devices and self.nics_per_node > 1:
+                b = self.devices_per_node + self.devices_per_nic
         g = self.graph()
-        path = nx.shortest_path(g, self.device_id(a), self.device_id(b))
+        from simtrain.flows import access_path
+        path = access_path(self, a, b)
         bw = min(g.edges[u, v]["flow_bw"] for u, v in zip(path, path[1:]))
         lat = sum(g.edges[u, v]["latency"] for u, v in zip(path, path[1:]))
         eff = self.scale_up_efficiency if cls == "scale_up" else self.scale_out_efficiency
@@ -144,7 +145,7 @@ def build_two_tier_graph(t: Topology) -> nx.Graph:
     for leaf in range(leaves):
         g.add_node(f"leaf{leaf}", kind="leaf")
         for s in range(t.nics_per_node if multi_leaf else 0):
-            g.add_edge(f"leaf{leaf}", f"spine{s}", bw=down / t.nics_per_node / t.oversubscription,
+            g.add_edge(f"leaf{leaf}", f"spine{s}", bw=max(down / t.nics_per_node, t.nic_bw) / t.oversubscription,
                        flow_bw=t.nic_bw / t.oversubscription, latency=t.spine_latency)
     half_up, half_out = t.scale_up_latency / 2, t.scale_out_latency / 2
     for node in range(t.nodes):

@@ -7,6 +7,7 @@ Worked example: "200 Gb/s" -> 200e9 bits/s / 8 = 25e9 B/s; "80 GiB" -> 80 * 2**3
 """
 from __future__ import annotations
 
+import math
 import re
 
 _PREFIX = {
@@ -56,14 +57,20 @@ def parse_bandwidth(value) -> float:
     if not m:
         raise UnitError(f"unknown bandwidth unit {unit!r}; use e.g. GB/s (bytes) or Gb/s (bits)")
     scale = _PREFIX[m.group(1)] * (1.0 if m.group(2) == "B" else 0.125)
-    return num * scale
+    out = num * scale
+    if not (0 < out < math.inf):
+        raise UnitError(f"{value!r}: a bandwidth must be finite and > 0")
+    return out
 
 
 def parse_time(value) -> float:
     num, unit = _split(_need_str(value, "time"))
     if unit not in _TIME:
         raise UnitError(f"unknown time unit {unit!r}; use s, ms, us or ns")
-    return num * _TIME[unit]
+    out = num * _TIME[unit]
+    if not (0 <= out < math.inf):
+        raise UnitError(f"{value!r}: a time must be finite and >= 0")
+    return out
 
 
 def parse_flops(value) -> float:

@@ -77,3 +77,49 @@ def test_oversubscription_slows_the_dp_rings_that_cross_the_spine(tmp_path):
         sc, t = load_scenario(path)
         res[over] = simulate(sc, t).result["breakdown"]["exposed_comm_s"]["dp"]
     assert 1.9 < res[4] / res[1] < 2.0
+
+
+def test_scattered_placement_deals_nodes_over_the_leaves(tmp_path):
+    """4 nodes of 4 GPUs, 2 nodes per leaf (2 leaves): Megatron node k goes to leaf k mod 2, slot
+    k div 2, so nodes 0, 1, 2, 3 land on physical nodes 0, 2, 1, 3; GPUs keep their slot."""
+    from simtrain.topology import load_topology
+    topo = load_topology(write(tmp_path / "t.yaml", """
+        name: t
+        kind: two_tier
+        devices_per_node: 4
+        scale_up: {bandwidth: "100 GB/s", latency: "2 us"}
+        scale_out: {nics_per_node: 4, nic_bandwidth: "80 Gb/s", latency: "5 us", nodes_per_leaf: 2}
+    """), 4)
+    place = placement(RankGrid(4, 1, 4, 1), topo, "scattered")
+    assert [place[4 * k] // 4 for k in range(4)] == [0, 2, 1, 3]
+    assert place[5] == 9                                   # rank 5: node 1 -> physical node 2, GPU 1
+
+
+def test_zero_or_infinite_bandwidth_is_refused(tmp_path):
+    from simtrain.topology import load_topology
+    for bad in ('"0 GB/s"', '"-8 Gb/s"', '"1e400 GB/s"'):
+        f = write(tmp_path / "z.yaml", f"""
+            name: z
+            kind: two_tier
+            devices_per_node: 4
+            scale_up: {{bandwidth: "100 GB/s", latency: "2 us"}}
+            scale_out: {{nics_per_node: 4, nic_bandwidth: {bad}, latency: "5 us"}}
+        """)
+        with pytest.raises(ConfigError, match="scale_out.nic_bandwidth: .* a bandwidth must be finite and > 0"):
+            load_topology(f, 2)
+
+
+def test_rail_optimized_spine_class_crosses_the_spine(tmp_path):
+    """Two rail-optimized units of 2 nodes, 2:1: the analytical 'spine' link class is a route
+    through a spine (NIC 10 GB/s / 2 = 5 GB/s per flow under full load), not a detour over NVLink."""
+    from simtrain.topology import load_topology
+    topo = load_topology(write(tmp_path / "r.yaml", """
+        name: r
+        kind: two_tier
+        devices_per_node: 4
+        scale_up: {bandwidth: "100 GB/s", latency: "2 us"}
+        scale_out: {nics_per_node: 4, nic_bandwidth: "80 Gb/s", latency: "5 us", nodes_per_leaf: 2,
+                    oversubscription: 2, rail_optimized: true, spine_latency: "1 us"}
+    """), 4)
+    link = topo.link(0, 8)
+    assert link.name == "spine" and link.bw == pytest.approx(5e9) and link.latency == pytest.approx(7e-6)
