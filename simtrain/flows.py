@@ -230,12 +230,9 @@ class FlowNetwork:
                         lambda paths: paths[zlib.crc32(repr((self.seed, flow_id)).encode()) % len(paths)])
         return tuple(zip(p, p[1:]))
 
-    def phase_time(self, transfers: list) -> float:
-        """Duration of one phase: all transfers start together; it ends with the slowest flow."""
-        return self.phase(transfers)[0]
-
     def phase(self, transfers: list) -> tuple:
-        """(duration, bytes per link, saturated seconds per link) of one phase, cached."""
+        """(duration, bytes per link, saturated seconds per link) of one phase, cached: all
+        transfers start together and the phase ends with its slowest flow."""
         key = tuple(transfers)
         hit = self._phase_cache.get(key)
         if hit is None:

@@ -227,3 +227,14 @@ def test_trace_has_counter_tracks_of_the_busiest_links(tmp_path, plain_topology)
     assert max(vals) > 0 and all(v >= 0 for v in vals)
     for n in names:
         assert [e for e in counters if e["name"] == n][-1]["args"]["utilisation"] == 0
+
+
+def test_all_to_all_phases_match_their_closed_forms(tmp_path):
+    """8 GPUs on one switch, n bytes per rank. Pairwise: p-1 steps, each one flow of n/p per GPU:
+    (p-1)(alpha + n/(p·B)). Direct: one phase, each GPU's uplink shared by its p-1 flows of n/p:
+    alpha + (p-1)·n/(p·B)."""
+    net = _net(tmp_path, 1)
+    n, p, a, B = 64e6, 8, 2e-6, 100e9
+    g = [list(range(8))]
+    assert net.collective_time("all_to_all", n, g, "pairwise") == pytest.approx((p - 1) * (a + n / p / B), rel=1e-12)
+    assert net.collective_time("all_to_all", n, g, "direct") == pytest.approx(a + (p - 1) * n / p / B, rel=1e-12)
