@@ -315,3 +315,98 @@ class FlowNetwork:
         if k <= 1:
             return [Transfer(src, dst, nbytes)]
         return [Transfer(on_a[c], on_b[c], nbytes / k) for c in range(k)]
+
+
+class StepFlows:
+    """The flow backend as one step's lowering uses it: times every tp/dp collective with all the
+    groups of its kind in the same pipeline stage (they run the same program in lockstep; other
+    stages are staggered by the schedule), remembers which op ran which collective, and reports
+    the busiest links afterwards."""
+
+    def __init__(self, sc, topo, place=None):
+        from simtrain.parallel import RankGrid
+        p = sc.parallel
+        grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
+        place = place or list(range(grid.world))
+        self.net = FlowNetwork(topo, sc.seed)
+        self.algo = sc.network.all_reduce
+        self.groups: dict = {}     # (kind, stage) -> device lists of its groups
+        for k in ("tp", "dp"):
+            for g in grid.groups(k):
+                self.groups.setdefault((k, grid.coords(g[0])["stage"]), []).append([place[r] for r in g])
+        self.stats: dict = {}      # collective key -> (time, bytes per link, saturated s per link)
+        self.key_of: dict = {}     # comm op id -> collective key
+
+    def duration(self, coll: str, n: float, kind: str, stage: int) -> tuple:
+        """(key, seconds) of one collective; `auto` takes the faster of ring and hierarchical."""
+        key = (coll, n, kind, stage)
+        hit = self.stats.get(key)
+        if hit is None:
+            algos = ("ring", "hierarchical") if self.algo == "auto" else (self.algo,)
+            groups = self.groups[(kind, stage)]
+            hit = self.stats[key] = min((self.net.collective(coll, n, groups, a) for a in algos), key=lambda x: x[0])
+        return key, hit[0]
+
+    def _runs(self, ops: list) -> tuple:
+        """Per collective key: how often it runs (in the class that runs it most) and that class."""
+        count: dict = {}
+        for oid, key in self.key_of.items():
+            k = (key, ops[oid].cls)
+            count[k] = count.get(k, 0) + 1
+        runs, where = {}, {}
+        for (key, cid), n in sorted(count.items(), key=lambda kv: kv[0][1]):
+            if n > runs.get(key, 0):
+                runs[key], where[key] = n, cid
+        return runs, where
+
+    def report(self, ops: list, top: int = 10) -> tuple:
+        """(links section of the result, the busiest links for the trace). A link's load is each
+        collective's per-link load times the number of times it runs in the class that runs it
+        most."""
+        runs, _ = self._runs(ops)
+        moved, sat = {}, {}
+        for key, n in runs.items():
+            _, m, s = self.stats[key]
+            for e, x in m.items():
+                moved[e] = moved.get(e, 0.0) + n * x
+            for e, x in s.items():
+                sat[e] = sat.get(e, 0.0) + n * x
+
+        def row(e):
+            return {"link": f"{e[0]}->{e[1]}", "bytes": moved.get(e, 0.0), "saturated_s": sat.get(e, 0.0),
+                    "capacity_bytes_per_s": self.net.cap[e]}
+        by_bytes = sorted(moved, key=lambda e: (-moved[e], e))[:top]
+        by_sat = sorted(sat, key=lambda e: (-sat[e], e))[:top]
+        section = {"by_bytes": [row(e) for e in by_bytes], "by_saturated_time": [row(e) for e in by_sat],
+                   "scope": "tp and dp collectives (flow backend); pipeline sends not included"}
+        return section, by_sat[:8] or by_bytes[:8]
+
+    def timeline(self, ops: list, tl, links: list) -> dict:
+        """link -> [(time, utilisation)] change points over the step: while a collective runs, a
+        link carries its per-link bytes spread over the collective's duration. Collectives of
+        different kinds add up (their mutual contention is not modelled, so a sum above 1 marks
+        demand the fabric could not have served)."""
+        _, where = self._runs(ops)
+        want = set(links)
+        deltas: dict = {e: [] for e in links}
+        for oid, key in self.key_of.items():
+            if where.get(key) != ops[oid].cls:
+                continue
+            s, e_ = tl.start[oid], tl.end[oid]
+            if e_ <= s:
+                continue
+            moved = self.stats[key][1]
+            for e in want.intersection(moved):
+                u = moved[e] / (self.net.cap[e] * (e_ - s))
+                deltas[e] += [(s, u), (e_, -u)]
+        out = {}
+        for e, ds in deltas.items():
+            cur, pts = 0.0, [(0.0, 0.0)]
+            for t, d in sorted(ds):
+                cur += d
+                if pts[-1][0] == t:
+                    pts[-1] = (t, max(0.0, cur))
+                else:
+                    pts.append((t, max(0.0, cur)))
+            out[e] = pts
+        return out

@@ -39,9 +39,6 @@ OPT_BYTES_PER_PARAM = 34.0
 master, m, v (3 x 4 B) and the 16-bit weight (2 B), plus one 4 B read of the gradient for the
 global-norm clip: 16 + 14 + 4 = 34 bytes per local parameter."""
 
-STREAMS = ("compute", "tp", "dp", "pp_next", "pp_prev")
-
-
 @dataclass
 class EOp:
     """One op of a program. `deps` are op ids; `rendezvous` names a collective across classes."""
@@ -88,24 +85,11 @@ class Lowering:
         self.algo = sc.network.all_reduce
         self._seg_cache: dict = {}
         self._coll_cache: dict = {}
-        self.pairs: list = []
-        self.flow = None
-        self.flow_stats: dict = {}   # collective key -> (time, bytes per link, saturated s per link)
-        self.flow_key_of: dict = {}  # comm op id -> collective key
+        self.pairs: list = []        # (first compute op of each chain) of overlapped pairs
+        self.flow = None             # the flow backend's StepFlows, when the scenario asks for it
         if sc.network.backend == "flow":
-            # every group of a kind runs its collective at once: time them together, with contention
-            from simtrain.flows import FlowNetwork
-            from simtrain.parallel import RankGrid
-            grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
-            place = place or list(range(grid.world))
-            self.flow = FlowNetwork(topo, sc.seed)
-            # the groups of one pipeline stage run the same program in lockstep; other stages are
-            # staggered by the schedule, so only same-stage groups are timed together
-            self.flow_groups = {}
-            for k in ("tp", "dp"):
-                for g in grid.groups(k):
-                    st = grid.coords(g[0])["stage"]
-                    self.flow_groups.setdefault((k, st), []).append([place[r] for r in g])        # (first compute op of each chain) of overlapped pairs
+            from simtrain.flows import StepFlows
+            self.flow = StepFlows(sc, topo, place)
 
     def _new(self, c: RankClass, **kw) -> EOp:
         op = EOp(id=len(self.ops), cls=c.id, **kw)
@@ -125,92 +109,19 @@ class Lowering:
         shape = c.tp_shape if comm.kind == "tp" else c.dp_shape
         peers = c.tp_peers if comm.kind == "tp" else c.dp_peers
         if self.flow is not None:
-            key = (comm.collective, comm.size_bytes, comm.kind, c.stage)   # the shape is in the routes
+            key, dur = self.flow.duration(comm.collective, comm.size_bytes, comm.kind, c.stage)
         else:
             key = (comm.collective, comm.size_bytes, shape, comm.kind)
-        dur = self._coll_cache.get(key)
-        if dur is None:
-            if self.flow is not None:
-                groups = self.flow_groups[(comm.kind, c.stage)]
-                algos = ("ring", "hierarchical") if self.algo == "auto" else (self.algo,)
-                best = min((self.flow.collective(comm.collective, comm.size_bytes, groups, a) for a in algos), key=lambda x: x[0])
-                dur = best[0]
-                self.flow_stats[key] = best
-            else:
-                dur = collective_time(comm.collective, comm.size_bytes, shape, self.topo, self.algo)
-            self._coll_cache[key] = dur
+            dur = self._coll_cache.get(key)
+            if dur is None:
+                dur = self._coll_cache[key] = collective_time(comm.collective, comm.size_bytes, shape, self.topo, self.algo)
         op = self._new(c, stream=comm.kind, kind="coll", category=comm.kind, duration=dur,
                        label=f"{comm.collective}:{comm.name}", mb=mb, chunk=chunk, deps=list(deps),
                        rendezvous=(comm.kind, seq, peers) if len(peers) > 1 else None, peers=len(peers),
                        bytes=comm.size_bytes, transient=transient)
         if self.flow is not None:
-            self.flow_key_of[op.id] = key
+            self.flow.key_of[op.id] = key
         return op
-
-    def _runs(self) -> tuple:
-        """Per collective key: how often it runs (in the class that runs it most) and that class."""
-        count: dict = {}
-        for oid, key in self.flow_key_of.items():
-            cid = self.ops[oid].cls
-            count[(key, cid)] = count.get((key, cid), 0) + 1
-        runs, where = {}, {}
-        for (key, cid), n in sorted(count.items(), key=lambda kv: kv[0][1]):
-            if n > runs.get(key, 0):
-                runs[key], where[key] = n, cid
-        return runs, where
-
-    def link_timeline(self, tl, links: list) -> dict:
-        """link -> [(time, utilisation)] change points over the step: while a collective runs, a
-        link carries its per-link bytes spread over the collective's duration. Collectives of
-        different kinds add up (their mutual contention is not modelled, so a sum above 1 marks
-        demand the fabric could not have served)."""
-        runs, where = self._runs()
-        want = set(links)
-        deltas: dict = {e: [] for e in links}
-        for oid, key in self.flow_key_of.items():
-            op = self.ops[oid]
-            if where.get(key) != op.cls:
-                continue
-            s, e_ = tl.start[oid], tl.end[oid]
-            if e_ <= s:
-                continue
-            moved = self.flow_stats[key][1]
-            for e in want.intersection(moved):
-                u = moved[e] / (self.flow.cap[e] * (e_ - s))
-                deltas[e] += [(s, u), (e_, -u)]
-        out = {}
-        for e, ds in deltas.items():
-            cur, pts = 0.0, [(0.0, 0.0)]
-            for t, d in sorted(ds):
-                cur += d
-                if pts and pts[-1][0] == t:
-                    pts[-1] = (t, max(0.0, cur))
-                else:
-                    pts.append((t, max(0.0, cur)))
-            out[e] = pts
-        return out
-
-    def link_report(self, top: int = 10) -> dict:
-        """Busiest links of the step (flow backend): every group of a kind runs each collective
-        together, so a link's load is each collective's per-link load times the number of times
-        the collective runs in the class that runs it most."""
-        runs, _ = self._runs()
-        moved, sat = {}, {}
-        for key, n in runs.items():
-            _, m, s = self.flow_stats[key]
-            for e, x in m.items():
-                moved[e] = moved.get(e, 0.0) + n * x
-            for e, x in s.items():
-                sat[e] = sat.get(e, 0.0) + n * x
-
-        def row(e):
-            return {"link": f"{e[0]}->{e[1]}", "bytes": moved.get(e, 0.0), "saturated_s": sat.get(e, 0.0),
-                    "capacity_bytes_per_s": self.flow.cap[e]}
-        by_bytes = sorted(moved, key=lambda e: (-moved[e], e))[:top]
-        by_sat = sorted(sat, key=lambda e: (-sat[e], e))[:top]
-        self.busiest = by_sat[:8] or by_bytes[:8]
-        return {"by_bytes": [row(e) for e in by_bytes], "by_saturated_time": [row(e) for e in by_sat],
-                "scope": "tp and dp collectives (flow backend); pipeline sends not included"}
 
     def lower(self) -> list:
         for c in self.classes:

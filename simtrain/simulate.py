@@ -161,6 +161,6 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
     }
     series = None
     if low.flow is not None:
-        result["links"] = low.link_report()
-        series = low.link_timeline(tl, low.busiest)
+        result["links"], busiest = low.flow.report(ops)
+        series = low.flow.timeline(ops, tl, busiest)
     return StepRun(result, ops, tl, classes, topo, time.perf_counter() - t0, series)
