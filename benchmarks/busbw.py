@@ -18,7 +18,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simtrain.collectives import collective_time  # noqa: E402
+from simtrain.collectives import PROTOCOLS, choose  # noqa: E402
 from simtrain.flows import FlowNetwork  # noqa: E402
 from simtrain.parallel import group_shape  # noqa: E402
 from simtrain.topology import REPO_TOPOLOGIES, load_topology  # noqa: E402
@@ -51,20 +51,22 @@ def main() -> int:
         shape = group_shape(group, topo)
         net = FlowNetwork(topo)
         print(f"\n{e['id']} ({coll}, {n} GPUs on {nodes} node(s), topology {tname}; confidence {e.get('confidence', '?')})")
-        print(f"  {'size':>10} {'measured':>9} {'analytical':>10} {'err':>7} {'flow':>8} {'err':>7}   GB/s busbw")
+        print(f"  {'size':>10} {'measured':>9} {'analytical':>10} {'err':>7} {'flow':>8} {'err':>7}   GB/s busbw; tuner's choice")
         errs = []
         for row in e["data"]:
             size = row["bytes"]
             if size < 2**20:
                 continue
             meas = row["busbw_GBps"]
-            t_a = collective_time(coll, size, shape, topo)
-            t_f = min(net.collective_time(coll, size, [group], a) for a in ("ring", "hierarchical"))
+            pick = choose(coll, size, shape, topo)
+            t_a = pick.seconds
+            t_f = min(net.collective_time(coll, size, [group], "ring", pr) for pr in PROTOCOLS)
             bw_a = size / t_a * FACTOR[coll](n) / 1e9
             bw_f = size / t_f * FACTOR[coll](n) / 1e9
             ea, ef = bw_a / meas - 1, bw_f / meas - 1
             errs.append(abs(ea))
-            print(f"  {size / 2**20:8.0f}Mi {meas:9.1f} {bw_a:10.1f} {100 * ea:+6.1f}% {bw_f:8.1f} {100 * ef:+6.1f}%")
+            print(f"  {size / 2**20:8.0f}Mi {meas:9.1f} {bw_a:10.1f} {100 * ea:+6.1f}% {bw_f:8.1f} {100 * ef:+6.1f}%"
+                  f"   {pick.algorithm}/{pick.protocol}")
         mean = sum(errs) / len(errs)
         within = sum(1 for x in errs if x <= 0.15)
         print(f"  mean |error| {100 * mean:.1f} %, {within} of {len(errs)} sizes within 15 %")

@@ -1,85 +1,303 @@
-"""Collective algorithms (closed-form network backend behind the engine's comm seam).
+"""Collective algorithms and protocols (the closed-form network backend; the flow backend in
+`flows` times the same algorithms as phases of flows and applies the same protocol terms).
 
 Sizes follow the nccl-tests convention (NVIDIA/nccl-tests doc/PERFORMANCE.md): `n` is the whole
-buffer (for all-gather / reduce-scatter: the per-rank count x group size). Costs per algorithm,
-with alpha the per-step latency and B the achievable per-rank bandwidth of the slowest link:
+buffer (for all-gather / reduce-scatter: the per-rank count x group size).
 
-  ring all-reduce        2(p-1)·alpha + 2(p-1)/p · n/B
-  ring reduce-scatter    (p-1)·alpha  + (p-1)/p · n/B       (all-gather the same)
-  hierarchical (groups spanning N nodes with k members each):
-      all-reduce = intra reduce-scatter(k) + inter all-reduce(N) of n/k + intra all-gather(k)
-      reduce-scatter / all-gather = intra step(k) + inter step(N) of n/k
-  point to point         alpha + n/B
+A collective runs one algorithm with one protocol. Its time is
 
-A flat ring over k members per node drives k NIC shares per node, so its per-rank bandwidth is
-min(scale-up, k x NIC share); its latency counts 2(N-1) network steps (NCCL's ring model,
-src/graph/tuning.cc) and the rest as scale-up steps. Achievable bandwidth = link bandwidth x the
-topology's measured bus-bandwidth efficiency (nccl-tests, see the topology file's sources).
+    overhead + base(algo, proto) + steps_up · lat_up(algo, proto) + steps_net · lat_net(algo, proto)
+             + bytes moved per rank / (link bandwidth x fabric efficiency x bw_factor(algo, proto))
+
+  overhead   the fabric's fixed cost per collective (kernel launch and synchronisation that every
+             algorithm pays; the topology's `collectives.overhead`, measured from nccl-tests
+             small-message times, 0 if not given)
+  base, lat  NCCL's latency model per algorithm and protocol (src/graph/tuning.cc, NCCL 2.30.7,
+             via shared/data/calibration/nccl_busbw.yaml `nccl_tuning_model_constants`): a base
+             latency plus a latency per step over NVLink (scale-up) or the network (scale-out)
+  bw_factor  the protocol's share of the link bandwidth: LL carries 8 bytes of data per 16 (0.5),
+             LL128 120 of 128 (NCCL caps ring LL128 at 0.92 of the bus bandwidth), Simple all of it
+  efficiency the fabric's measured bus-bandwidth efficiency (nccl-tests; see the topology file)
+
+Algorithms (each one registered function). `auto` picks, as NCCL's tuner does, the lowest
+predicted time per collective, size and group shape over every protocol and NCCL's own
+algorithms (ring, tree, nvls, nvls_tree; direct for all-to-all); halving_doubling,
+hierarchical and pairwise (other libraries' algorithms) run when the scenario names them:
+
+  ring             2(p-1) steps (all-reduce) or p-1 (reduce-scatter, all-gather); a flat ring
+                   with k members per node drives k NIC shares per node: per-rank bandwidth
+                   min(scale-up, k x NIC share); 2(N-1) (or N-1) of its steps cross the network
+  tree             double binary tree (all-reduce across nodes; Sanders, Speck & Traeff 2009, as in
+                   NCCL): 2((k-1) chain steps + log2 N tree steps); bandwidth half the ring's bus
+                   bandwidth (NCCL's tree ratio 0.5)
+  halving_doubling recursive halving then doubling (Thakur, Rabenseifner & Gropp 2005), p a power
+                   of two: log2 p steps each way; step s exchanges n/2^(s+1), across the network
+                   when the partner is on another node
+  hierarchical     intra-node ring reduce-scatter, inter-node ring all-reduce of n/k across the
+                   members with the same local index (one rail each), intra-node ring all-gather
+  nvls             NVLink SHARP in-switch reduction (single scale-up domain, all-reduce; topologies
+                   with `collectives.nvls_efficiency`): every rank sends its buffer up once and
+                   receives the result once, n / (bandwidth x nvls efficiency)
+  nvls_tree        NVLS inside each node, a tree across nodes (all-reduce)
+  pairwise         all-to-all in p-1 steps; the inter-node part limited by one NIC share per rank
+                   (all-to-all cannot aggregate NICs: nccl-tests issues #130/#267, maintainers)
+  direct           all-to-all in one step, every pair at once (same bandwidth bound)
+
+Worked example (ring all-reduce, Simple, 8 devices in one node, 100 GB/s, efficiency 1, no
+overhead, n = 1 GB): 8.4 us + 14 x 3.4 us + 14/8 x 1e9 / 100e9 = 17.556 ms.
 """
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 from simtrain.parallel import GroupShape
 from simtrain.topology import Topology
 
-ALGORITHMS = {
-    "ring": "ring over the group's slowest link (Patarasuk & Yuan 2009 bandwidth-optimal all-reduce; nccl-tests busbw factors)",
-    "hierarchical": "intra-node reduce-scatter, inter-node all-reduce across NIC rails, intra-node all-gather (NCCL/Horovod-style 2-D)",
+PROTOCOLS = ("LL", "LL128", "Simple")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+
+# NCCL's latency model (us): (base, per NVLink step, per network step) by latency family and
+# protocol. Source: NCCL src/graph/tuning.cc baseLat / hwLat[NVLINK] / hwLat[NET] (2.30.7), via
+# shared/data/calibration/nccl_busbw.yaml `nccl_tuning_model_constants`.
+LATENCY_US = {
+    "ring": {"LL": (6.6, 0.6, 2.7), "LL128": (14.0, 1.9, 4.0), "Simple": (8.4, 3.4, 14.0)},
+    "tree": {"LL": (6.8, 0.6, 5.0), "LL128": (14.0, 1.25, 8.5), "Simple": (8.4, 4.0, 14.0)},
+    "nvls": {"Simple": (0.0, 25.0, 18.0)},
+    "nvls_tree": {"Simple": (0.0, 25.0, 20.9)},
+}
+# Multi-node ring all-reduce with Simple: NCCL multiplies the ring's latency by 1.4 on SM80+ (same source).
+RING_SIMPLE_MULTINODE = 1.4
+
+# Share of the bus bandwidth each protocol reaches (same source: LL is half data, half flags;
+# ring LL128 min(0.92 busBw); tree Simple 0.92; tree LL busBw/3.8; tree LL128 7/9 in one node,
+# 120/128 across nodes).
+BW_FACTOR = {
+    "ring": {"LL": 0.5, "LL128": 0.92, "Simple": 1.0},
+    "tree": {"LL": 1 / 3.8, "LL128": 120 / 128, "Simple": 0.92},
+    "nvls": {"Simple": 1.0},
+    "nvls_tree": {"Simple": 1.0},
 }
 
 
-def _up(topo: Topology):
+@dataclass(frozen=True)
+class Cost:
+    """A collective's predicted time split into its terms (seconds)."""
+    algorithm: str
+    protocol: str
+    latency: float       # overhead + base + step latencies
+    transfer: float      # bytes over bandwidth
+
+    @property
+    def seconds(self) -> float:
+        return self.latency + self.transfer
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    family: str          # latency / bandwidth-factor family in the NCCL tables
+    collectives: tuple
+    source: str
+    cost: object         # (coll, n, g, topo) -> (steps_up, steps_net, transfer seconds at full protocol bw) | None
+    tuned: bool          # among those `auto` chooses from (NCCL's own algorithms); others only when named
+
+
+ALGORITHMS: dict = {}
+
+
+def register(name: str, family: str, collectives: tuple, source: str, tuned: bool = True):
+    def deco(fn):
+        ALGORITHMS[name] = Algorithm(name, family, collectives, source, fn, tuned)
+        return fn
+    return deco
+
+
+def _up(topo: Topology) -> float:
     link = topo._link_by_class("scale_up")
-    return link.latency, link.bw * link.efficiency
+    return link.bw * link.efficiency
 
 
-def _net(topo: Topology, leaves: int):
+def _net(topo: Topology, leaves: int) -> float:
     link = topo._link_by_class("spine" if leaves > 1 else "leaf")
-    return link.latency, link.bw * link.efficiency
+    return link.bw * link.efficiency
 
 
-def _ring(coll: str, p: int, n: float, alpha_steps, bw: float) -> float:
-    if p == 1 or n <= 0:
-        return 0.0
-    if coll == "all_reduce":
-        return alpha_steps(2 * (p - 1)) + 2 * (p - 1) / p * n / bw
-    return alpha_steps(p - 1) + (p - 1) / p * n / bw
+def _params(topo: Topology) -> dict:
+    return dict(getattr(topo, "collectives", None) or ())
 
 
-def ring_time(coll: str, n: float, g: GroupShape, topo: Topology) -> float:
-    p = g.size
-    a_up, b_up = _up(topo)
+def _ring_bw(g: GroupShape, topo: Topology) -> float:
+    b_up = _up(topo)
     if not g.spans_nodes:
-        return _ring(coll, p, n, lambda s: s * a_up, b_up)
-    a_net, b_net = _net(topo, g.leaves)
-    # the ring leaves every node through its members' NIC shares: the node with the fewest members
-    # limits it (Megatron order gives every node the same count)
+        return b_up
     k = g.min_per_node or g.per_node
-    bw = min(b_up, k * b_net) if k > 1 else b_net
-    n_inter = (2 if coll == "all_reduce" else 1) * (g.nodes - 1)
-    return _ring(coll, p, n, lambda s: (s - n_inter) * a_up + n_inter * a_net, bw)
+    b_net = _net(topo, g.leaves)
+    return min(b_up, k * b_net) if k > 1 else b_net
 
 
-def hierarchical_time(coll: str, n: float, g: GroupShape, topo: Topology) -> float:
-    if not g.spans_nodes or g.per_node == 1 or not g.uniform:
-        return ring_time(coll, n, g, topo)
+def _ring_steps(coll: str, p: int) -> int:
+    return 2 * (p - 1) if coll == "all_reduce" else p - 1
+
+
+def _factor(coll: str, p: int) -> float:
+    return 2 * (p - 1) / p if coll == "all_reduce" else (p - 1) / p
+
+
+@register("ring", "ring", ("all_reduce", "reduce_scatter", "all_gather"),
+          "ring (Patarasuk & Yuan 2009); NCCL ring latency model")
+def _ring(coll, n, g, topo):
+    p = g.size
+    steps = _ring_steps(coll, p)
+    inter = ((2 if coll == "all_reduce" else 1) * (g.nodes - 1)) if g.spans_nodes else 0
+    return steps - inter, inter, _factor(coll, p) * n / _ring_bw(g, topo)
+
+
+@register("tree", "tree", ("all_reduce",),
+          "double binary tree (Sanders, Speck & Traeff 2009), NCCL tree latency model and 0.5 bandwidth ratio")
+def _tree(coll, n, g, topo):
+    if not g.spans_nodes or not g.uniform:
+        return None
     k, N = g.per_node, g.nodes
-    a_up, b_up = _up(topo)
-    a_net, b_net = _net(topo, g.leaves)
-    intra = _ring("reduce_scatter", k, n, lambda s: s * a_up, b_up)
-    inter = _ring(coll, N, n / k, lambda s: s * a_net, b_net)
+    return 2 * (k - 1), 2 * math.ceil(math.log2(N)), 2 * n / _ring_bw(g, topo)
+
+
+@register("halving_doubling", "ring", ("all_reduce", "reduce_scatter", "all_gather"),
+          "recursive halving-doubling (Thakur, Rabenseifner & Gropp 2005)", tuned=False)
+def _halving_doubling(coll, n, g, topo):
+    p = g.size
+    if p & (p - 1) or not g.uniform or (g.spans_nodes and g.per_node & (g.per_node - 1)):
+        return None
+    k = g.per_node if g.spans_nodes else p
+    b_up = _up(topo)
+    b_net = _net(topo, g.leaves) if g.spans_nodes else b_up
+    up = net = 0
+    t = 0.0
+    for s in range(p.bit_length() - 1):          # partner distance p/2^(s+1), members node by node
+        dist = p >> (s + 1)
+        if dist >= k:
+            net += 1
+            t += n / 2 ** (s + 1) / b_net
+        else:
+            up += 1
+            t += n / 2 ** (s + 1) / b_up
     if coll == "all_reduce":
-        return 2 * intra + inter
-    return intra + inter
+        return 2 * up, 2 * net, 2 * t
+    return up, net, t
 
 
-def collective_time(coll: str, n: float, g: GroupShape, topo: Topology, algorithm: str = "auto") -> float:
+@register("hierarchical", "ring", ("all_reduce", "reduce_scatter", "all_gather"),
+          "intra-node reduce-scatter, inter-node all-reduce across NIC rails, intra-node all-gather (2-D)", tuned=False)
+def _hierarchical(coll, n, g, topo):
+    if not g.spans_nodes or g.per_node == 1 or not g.uniform:
+        return None
+    k, N = g.per_node, g.nodes
+    b_up, b_net = _up(topo), _net(topo, g.leaves)
+    intra = (k - 1) / k * n / b_up
+    inter_t = _factor(coll, N) * (n / k) / b_net
+    inter = _ring_steps(coll, N)
+    if coll == "all_reduce":
+        return 2 * (k - 1), inter, 2 * intra + inter_t
+    return k - 1, inter, intra + inter_t
+
+
+@register("nvls", "nvls", ("all_reduce",), "NVLink SHARP in-switch reduction (NCCL NVLS)")
+def _nvls(coll, n, g, topo):
+    eff = _params(topo).get("nvls_efficiency")
+    if not eff or g.spans_nodes:
+        return None
+    return 1, 0, n / (topo._link_by_class("scale_up").bw * eff)
+
+
+@register("nvls_tree", "nvls_tree", ("all_reduce",), "NVLS inside nodes, tree across nodes (NCCL NVLSTree)")
+def _nvls_tree(coll, n, g, topo):
+    eff = _params(topo).get("nvls_efficiency")
+    if not eff or not g.spans_nodes or not g.uniform:
+        return None
+    intra = n / (topo._link_by_class("scale_up").bw * eff)
+    inter = 2 * n / (g.per_node * _net(topo, g.leaves))
+    return 1, 2 * math.ceil(math.log2(g.nodes)), max(intra, inter)
+
+
+@register("pairwise", "ring", ("all_to_all",), "pairwise-exchange all-to-all", tuned=False)
+def _pairwise(coll, n, g, topo):
+    p = g.size
+    if not g.spans_nodes:
+        return p - 1, 0, (p - 1) / p * n / _up(topo)
+    k = g.per_node
+    t = max((k - 1) / p * n / _up(topo), (p - k) / p * n / _net(topo, g.leaves))
+    return k - 1, p - k, t
+
+
+@register("direct", "ring", ("all_to_all",), "direct all-to-all (every pair at once)")
+def _direct(coll, n, g, topo):
+    p = g.size
+    if not g.spans_nodes:
+        return 1, 0, (p - 1) / p * n / _up(topo)
+    k = g.per_node
+    return 0, 1, max((k - 1) / p * n / _up(topo), (p - k) / p * n / _net(topo, g.leaves))
+
+
+def steps(coll: str, n: float, g: GroupShape, topo: Topology, algorithm: str) -> tuple | None:
+    """(steps inside nodes, steps across the network) the latency model counts for an algorithm,
+    or None where it does not apply. The flow backend charges these same latency terms and
+    takes the transfer time from its flows."""
+    a = ALGORITHMS.get(algorithm)
+    if a is None or coll not in a.collectives:
+        return None
+    terms = a.cost(coll, n, g, topo)
+    return None if terms is None else terms[:2]
+
+
+def cost(coll: str, n: float, g: GroupShape, topo: Topology, algorithm: str, protocol: str) -> Cost | None:
+    """The cost of one algorithm with one protocol, or None where it does not apply."""
+    a = ALGORITHMS[algorithm]
+    if coll not in a.collectives or protocol not in LATENCY_US[a.family]:
+        return None
+    terms = a.cost(coll, n, g, topo)
+    if terms is None:
+        return None
+    return with_protocol(algorithm, a.family, coll, protocol, *terms, topo)
+
+
+def with_protocol(algorithm: str, family: str, coll: str, protocol: str, up: int, net: int, t: float,
+                  topo: Topology) -> Cost:
+    """Adds the protocol's latency terms and bandwidth share to an algorithm's step counts and its
+    transfer time at full bandwidth (shared by both network backends)."""
+    base, l_up, l_net = LATENCY_US[family][protocol]
+    if _params(topo).get("latency_model") == "none":
+        base = l_up = l_net = 0.0
+    lat = (base + up * l_up + net * l_net) * 1e-6
+    if algorithm == "ring" and protocol == "Simple" and coll == "all_reduce" and net:
+        lat *= RING_SIMPLE_MULTINODE
+    lat += _params(topo).get("overhead", 0.0)
+    return Cost(algorithm, protocol, lat, t / BW_FACTOR[family][protocol])
+
+
+def choose(coll: str, n: float, g: GroupShape, topo: Topology, algorithm: str = "auto",
+           protocol: str = "auto") -> Cost:
+    """The fastest (algorithm, protocol) among those allowed; ties go to the first registered."""
     if g.size <= 1 or n <= 0:
-        return 0.0
-    if algorithm == "ring":
-        return ring_time(coll, n, g, topo)
-    if algorithm == "hierarchical":
-        return hierarchical_time(coll, n, g, topo)
-    return min(ring_time(coll, n, g, topo), hierarchical_time(coll, n, g, topo))
+        return Cost("none", "none", 0.0, 0.0)
+    algos = [n for n, a in ALGORITHMS.items() if a.tuned] if algorithm == "auto" else [algorithm]
+    protos = PROTOCOLS if protocol == "auto" else (protocol,)
+    best = None
+    for a in algos:
+        for pr in protos:
+            c = cost(coll, n, g, topo, a, pr)
+            if c is not None and (best is None or c.seconds < best.seconds):
+                best = c
+    if best is None:
+        # the pinned algorithm does not apply to this group (e.g. hierarchical inside one node):
+        # the ring always does, for every collective but all-to-all
+        fallback = "direct" if coll == "all_to_all" else "ring"
+        return choose(coll, n, g, topo, fallback, protocol)
+    return best
+
+
+def collective_time(coll: str, n: float, g: GroupShape, topo: Topology, algorithm: str = "auto",
+                    protocol: str = "auto") -> float:
+    return choose(coll, n, g, topo, algorithm, protocol).seconds
 
 
 def p2p_time(n: float, link_class: str, topo: Topology) -> float:

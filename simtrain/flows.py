@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from simtrain.collectives import PROTOCOLS, Cost, steps, with_protocol
+
 
 def maxmin(paths: list, cap: dict) -> list:
     """Max-min fair rate of each flow; `paths` are tuples of directed links, `cap` link -> bytes/s."""
@@ -137,6 +139,15 @@ def direct_all_to_all_phases(coll: str, p: int, n: float) -> list:
     return [[(i, j, n / p) for i in range(p) for j in range(p) if i != j]]
 
 
+# which phase builders serve which collective in the flow backend, the first being what `auto`
+# uses (tree and NVLS have no phases: the flow backend times the algorithms it lays out as flows)
+FLOW_ALGORITHMS = {
+    "all_reduce": ("ring", "halving_doubling", "hierarchical"),
+    "reduce_scatter": ("ring", "halving_doubling", "hierarchical"),
+    "all_gather": ("ring", "halving_doubling", "hierarchical"),
+    "all_to_all": ("direct", "pairwise"),
+}
+
 PHASES = {
     "ring": (ring_phases, "ring (Patarasuk & Yuan 2009)"),
     "halving_doubling": (halving_doubling_phases, "recursive halving-doubling (Thakur, Rabenseifner & Gropp 2005)"),
@@ -231,31 +242,48 @@ class FlowNetwork:
         return tuple(zip(p, p[1:]))
 
     def phase(self, transfers: list) -> tuple:
-        """(duration, bytes per link, saturated seconds per link) of one phase, cached: all
-        transfers start together and the phase ends with its slowest flow."""
+        """(data seconds, bytes per link, saturated seconds per link, crosses the network) of one
+        phase, cached: all transfers start together and the phase ends with its slowest flow. The
+        per-step latency is the protocol's (see `collectives`), added by the caller."""
         key = tuple(transfers)
         hit = self._phase_cache.get(key)
         if hit is None:
             paths = [self.route(t.src, t.dst, (t.src, t.dst, i)) for i, t in enumerate(transfers)]
-            lat = [sum(self.lat[e] for e in p) for p in paths]
             sat: dict = {}
-            dur = max(run_flows(paths, [t.bytes for t in transfers], self.cap, lat, sat), default=0.0)
+            dur = max(run_flows(paths, [t.bytes for t in transfers], self.cap, None, sat), default=0.0)
             moved: dict = {}
             for p, t in zip(paths, transfers):
                 for e in p:
                     moved[e] = moved.get(e, 0.0) + t.bytes
-            hit = self._phase_cache[key] = (dur, moved, sat)
+            net = any(self.topo.node_of(t.src) != self.topo.node_of(t.dst) for t in transfers)
+            hit = self._phase_cache[key] = (dur, moved, sat, net)
         return hit
 
-    def collective_time(self, coll: str, n: float, groups: list, algorithm: str = "ring") -> float:
+    def collective_time(self, coll: str, n: float, groups: list, algorithm: str = "ring",
+                        protocol: str = "Simple") -> float:
         """Time of one collective run at once by every group in `groups` (device lists)."""
-        return self.collective(coll, n, groups, algorithm)[0]
+        return self.cost(coll, n, groups, algorithm, protocol)[0].seconds
+
+    def cost(self, coll: str, n: float, groups: list, algorithm: str = "ring", protocol: str = "Simple") -> tuple:
+        """(Cost, bytes per link, saturated seconds per link) with one protocol's terms."""
+        data, up, net, moved, sat = self.collective(coll, n, groups, algorithm)
+        if up + net == 0:
+            return Cost("none", "none", 0.0, 0.0), moved, sat
+        up, net = self.latency_steps(coll, n, groups[0], algorithm, (up, net))
+        return with_protocol(algorithm, "ring", coll, protocol, up, net, data, self.topo), moved, sat
+
+    def latency_steps(self, coll: str, n: float, group: list, algorithm: str, phases: tuple) -> tuple:
+        """The latency steps of the closed form (NCCL's pipelined count: a ring over N nodes pays
+        2(N-1) network steps, not one per phase), so that both backends charge the same latency;
+        the phase counts where the closed form does not apply."""
+        from simtrain.parallel import group_shape
+        return steps(coll, n, group_shape(group, self.topo), self.topo, algorithm) or phases
 
     def collective(self, coll: str, n: float, groups: list, algorithm: str = "ring") -> tuple:
-        """(time, bytes per link, saturated seconds per link) of one collective run at once by
-        every group in `groups`."""
+        """(data seconds, steps inside nodes, steps across the network, bytes per link, saturated
+        seconds per link) of one collective run at once by every group in `groups`."""
         if not groups or len(groups[0]) <= 1 or n <= 0:
-            return 0.0, {}, {}
+            return 0.0, 0, 0, {}, {}
         if algorithm == "hierarchical":
             by_node = []
             for g in groups:
@@ -278,20 +306,24 @@ class FlowNetwork:
                     built[id(ph)] = (ph, [t for g, m in zip(groups, members) for a, b, nb in ph
                                           for t in self._channels(m, g[a], g[b], nb)])
                 phases.append(built[id(ph)][1])
-        total, moved, sat = 0.0, {}, {}
+        total, up, net, moved, sat = 0.0, 0, 0, {}, {}
         times: dict = {}          # identical phases (ring steps) are counted, not re-added link by link
         objs: dict = {}
         for ph in phases:
             times[id(ph)] = times.get(id(ph), 0) + 1
             objs[id(ph)] = ph
         for k, cnt in times.items():
-            d, m, sa = self.phase(objs[k])
+            d, m, sa, crosses = self.phase(objs[k])
             total += cnt * d
+            if crosses:
+                net += cnt
+            else:
+                up += cnt
             for e, x in m.items():
                 moved[e] = moved.get(e, 0.0) + cnt * x
             for e, x in sa.items():
                 sat[e] = sat.get(e, 0.0) + cnt * x
-        return total, moved, sat
+        return total, up, net, moved, sat
 
     def _by_node(self, group: list) -> dict:
         key = tuple(group)
@@ -329,7 +361,8 @@ class StepFlows:
         grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
         place = place or list(range(grid.world))
         self.net = FlowNetwork(topo, sc.seed)
-        self.algo = sc.network.all_reduce
+        self.algo = sc.network.algorithm_for
+        self.protocol = sc.network.protocol
         self.groups: dict = {}     # (kind, stage) -> device lists of its groups
         for k in ("tp", "dp"):
             for g in grid.groups(k):
@@ -338,13 +371,30 @@ class StepFlows:
         self.key_of: dict = {}     # comm op id -> collective key
 
     def duration(self, coll: str, n: float, kind: str, stage: int) -> tuple:
-        """(key, seconds) of one collective; `auto` takes the faster of ring and hierarchical."""
+        """(key, seconds) of one collective; `auto` takes the fastest algorithm with phases and
+        the fastest protocol (the flows are timed once per algorithm; protocols rescale them)."""
         key = (coll, n, kind, stage)
         hit = self.stats.get(key)
         if hit is None:
-            algos = ("ring", "hierarchical") if self.algo == "auto" else (self.algo,)
             groups = self.groups[(kind, stage)]
-            hit = self.stats[key] = min((self.net.collective(coll, n, groups, a) for a in algos), key=lambda x: x[0])
+            named = self.algo(coll)
+            algos = [named] if named in FLOW_ALGORITHMS[coll] else [FLOW_ALGORITHMS[coll][0]]
+            protos = PROTOCOLS if self.protocol == "auto" else (self.protocol,)
+            best = None
+            for a in algos:
+                try:
+                    data, up, net, moved, sat = self.net.collective(coll, n, groups, a)
+                except ValueError:      # halving-doubling on a group that is not a power of two
+                    continue
+                if up + net == 0:
+                    best = (Cost("none", "none", 0.0, 0.0), moved, sat)
+                    break
+                up, net = self.net.latency_steps(coll, n, groups[0], a, (up, net))
+                for pr in protos:
+                    c = with_protocol(a, "ring", coll, pr, up, net, data, self.net.topo)
+                    if best is None or c.seconds < best[0].seconds:
+                        best = (c, moved, sat)
+            hit = self.stats[key] = (best[0].seconds, best[1], best[2], best[0])
         return key, hit[0]
 
     def _runs(self, ops: list) -> tuple:
@@ -366,7 +416,7 @@ class StepFlows:
         runs, _ = self._runs(ops)
         moved, sat = {}, {}
         for key, n in runs.items():
-            _, m, s = self.stats[key]
+            _, m, s, _ = self.stats[key]
             for e, x in m.items():
                 moved[e] = moved.get(e, 0.0) + n * x
             for e, x in s.items():

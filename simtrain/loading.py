@@ -67,9 +67,15 @@ CLUSTER = {
     "nodes": ("posint", True, None),
 }
 
+def _algorithm_choices(coll: str) -> tuple:
+    from simtrain.collectives import ALGORITHMS
+    return ("auto",) + tuple(n for n, a in ALGORITHMS.items() if coll in a.collectives)
+
+
 NETWORK = {
     "backend": (("analytical", "flow"), False, "analytical"),
-    "all_reduce": (("auto", "ring", "hierarchical"), False, "auto"),
+    **{c: (_algorithm_choices(c), False, "auto") for c in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")},
+    "protocol": (("auto", "LL", "LL128", "Simple"), False, "auto"),
 }
 
 TOP = {"name", "seed", "model", "training", "parallel", "cluster", "network"}

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simtrain.collectives import collective_time, p2p_time
+from simtrain.collectives import choose, p2p_time
 from simtrain.parallel import RankClass
 from simtrain.schedules import Action, Schedule
 from simtrain.spec import Scenario
@@ -82,7 +82,8 @@ class Lowering:
         self.grad_bytes = 2.0 if t.precision == "fp16" else 4.0
         tokens = t.micro_batch_size * sc.model.seq_length
         self.pp_msg = ACT_BYTES * tokens * sc.model.hidden_size / (p.tp if p.sequence_parallel and p.tp > 1 else 1)
-        self.algo = sc.network.all_reduce
+        self.network = sc.network
+        self.chosen: dict = {}       # (kind, collective, bytes, group shape) -> collectives.Cost
         self._seg_cache: dict = {}
         self._coll_cache: dict = {}
         self.pairs: list = []        # (first compute op of each chain) of overlapped pairs
@@ -114,7 +115,11 @@ class Lowering:
             key = (comm.collective, comm.size_bytes, shape, comm.kind)
             dur = self._coll_cache.get(key)
             if dur is None:
-                dur = self._coll_cache[key] = collective_time(comm.collective, comm.size_bytes, shape, self.topo, self.algo)
+                net = self.network
+                pick = choose(comm.collective, comm.size_bytes, shape, self.topo,
+                              net.algorithm_for(comm.collective), net.protocol)
+                dur = self._coll_cache[key] = pick.seconds
+                self.chosen[(comm.kind, comm.collective, comm.size_bytes, shape)] = pick
         op = self._new(c, stream=comm.kind, kind="coll", category=comm.kind, duration=dur,
                        label=f"{comm.collective}:{comm.name}", mb=mb, chunk=chunk, deps=list(deps),
                        rendezvous=(comm.kind, seq, peers) if len(peers) > 1 else None, peers=len(peers),

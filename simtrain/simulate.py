@@ -74,6 +74,26 @@ def comm_buffers(sc: Scenario, layer_params: float) -> float:
     return out
 
 
+def collectives_section(low) -> list:
+    """Which algorithm and protocol each distinct collective of the step ran with (the tuner's
+    choice, or the scenario's), and its predicted time split into latency and transfer."""
+    rows = []
+    if low.flow is not None:
+        for (coll, n, kind, stage), (_, _, _, c) in low.flow.stats.items():
+            rows.append((kind, coll, n, len(low.flow.groups[(kind, stage)][0]), stage, c))
+    else:
+        for (kind, coll, n, shape), c in low.chosen.items():
+            rows.append((kind, coll, n, shape.size, None, c))
+    out = []
+    for kind, coll, n, size, stage, c in sorted(rows, key=lambda r: (r[0], r[1], r[2], r[3], r[4] if r[4] is not None else -1)):
+        row = {"kind": kind, "collective": coll, "bytes": n, "group_size": size, "algorithm": c.algorithm,
+               "protocol": c.protocol, "seconds": c.seconds, "latency_s": c.latency, "transfer_s": c.transfer}
+        if stage is not None:
+            row["stage"] = stage
+        out.append(row)
+    return out
+
+
 def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
     """`costs` replaces the calibrated compute cost model (any ComputeCostModel)."""
     t0 = time.perf_counter()
@@ -159,6 +179,7 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
         "simulated_ops": len(ops),
         "coverage": sorted(costs.coverage),
     }
+    result["collectives"] = collectives_section(low)
     series = None
     if low.flow is not None:
         result["links"], busiest = low.flow.report(ops)

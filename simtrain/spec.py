@@ -68,7 +68,15 @@ class ClusterSpec:
 @dataclass(frozen=True)
 class NetworkSpec:
     backend: str = "analytical"
-    all_reduce: str = "auto"       # auto | ring | hierarchical
+    # algorithm per collective: auto (the fastest predicted, as NCCL's tuner) or a registered name
+    all_reduce: str = "auto"
+    reduce_scatter: str = "auto"
+    all_gather: str = "auto"
+    all_to_all: str = "auto"
+    protocol: str = "auto"         # auto | LL | LL128 | Simple
+
+    def algorithm_for(self, collective: str) -> str:
+        return getattr(self, collective, "auto")
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ class Topology:
     source: str = ""
     efficiency_sources: tuple = ()
     rail_optimized: bool = False   # NIC k of every node on rail leaf k of its scalable unit (DGX SuperPOD)
+    collectives: tuple = ()        # the `collectives:` section as sorted (key, value) pairs (see COLLECTIVES)
 
     @property
     def num_devices(self) -> int:
@@ -192,6 +193,16 @@ _TWO_TIER = {
         "efficiency_source": ("str", False, ""),
     }),
 }
+
+# How collectives behave on this fabric (read by simtrain.collectives; every kind accepts it)
+COLLECTIVES = {
+    "overhead": ("time", False, "0 us"),          # fixed cost per collective (launch + sync)
+    "overhead_source": ("str", False, ""),
+    "nvls_efficiency": ("float?", False, None),   # NVLink SHARP in-switch reduction, if the switch has it
+    "nvls_source": ("str", False, ""),
+    "latency_model": (("nccl", "none"), False, "nccl"),   # none: an ideal fabric without protocol latencies
+}
+_TWO_TIER["collectives"] = ("map", False, COLLECTIVES)
 
 BUILDERS = {"two_tier": _TWO_TIER}
 
@@ -338,8 +349,19 @@ def load_topology(file: Path, nodes: int) -> Topology:
         oversubscription=out["oversubscription"], nodes_per_leaf=out["nodes_per_leaf"],
         spine_latency=out["spine_latency"], source=v["source"],
         efficiency_sources=(up["efficiency_source"], out["efficiency_source"]),
-        rail_optimized=out["rail_optimized"],
+        rail_optimized=out["rail_optimized"], collectives=_collectives_section(v, errs),
     )
+
+
+def _collectives_section(v: dict, errs: Collector) -> tuple:
+    c = dict(v.get("collectives") or {})
+    eff = c.get("nvls_efficiency")
+    if eff is not None and not 0 < eff <= 1:
+        errs.add("collectives.nvls_efficiency", "must be in (0, 1]", "give the measured NVLS algbw / link bandwidth ratio")
+    if c.get("overhead") is not None and c["overhead"] < 0:
+        errs.add("collectives.overhead", "must be >= 0", "write e.g. `18 us`")
+    errs.raise_if_any()
+    return tuple(sorted(c.items()))
 
 
 def shipped_topologies() -> list[Path]:

@@ -21,6 +21,7 @@ def fast_topology(tmp_path):
         devices_per_node: 4
         scale_up: {bandwidth: "1000000000 GB/s", latency: "0 us"}
         scale_out: {nics_per_node: 4, nic_bandwidth: "1000000000 GB/s", latency: "0 us"}
+        collectives: {latency_model: none}
     """)
 
 

@@ -1,9 +1,16 @@
-"""Closed forms of the analytical network backend, derived by hand from the topology numbers."""
+"""Closed forms of the analytical network backend, derived by hand from the topology numbers and
+NCCL's latency table (simtrain.collectives.LATENCY_US, from NCCL src/graph/tuning.cc):
+ring (base, per NVLink step, per network step) LL (6.6, 0.6, 2.7) LL128 (14, 1.9, 4) Simple (8.4, 3.4, 14) us;
+tree LL (6.8, 0.6, 5) LL128 (14, 1.25, 8.5) Simple (8.4, 4, 14) us."""
+import math
+
 import pytest
 
-from simtrain.collectives import collective_time, p2p_time
+from simtrain.collectives import choose, collective_time, cost, p2p_time
 from simtrain.parallel import GroupShape
 from simtrain.topology import load_topology
+
+US = 1e-6
 
 
 def test_p2p_is_latency_plus_size_over_bandwidth(plain_topology):
@@ -17,28 +24,84 @@ def test_p2p_is_latency_plus_size_over_bandwidth(plain_topology):
     assert p2p_time(n, topo.link_class_name(0, 8), topo) == pytest.approx(5e-6 + 12.8e-3, rel=1e-12)
 
 
-def test_ring_all_reduce_closed_form(plain_topology):
+@pytest.mark.parametrize("proto,base,step,share", [("Simple", 8.4, 3.4, 1.0), ("LL128", 14.0, 1.9, 0.92), ("LL", 6.6, 0.6, 0.5)])
+def test_ring_closed_form_per_protocol(plain_topology, proto, base, step, share):
     topo = load_topology(plain_topology, nodes=1)
-    p, n, a, B = 4, 1e9, 2e-6, 100e9
+    p, n, B = 4, 1e9, 100e9
     g = GroupShape(size=p, nodes=1, per_node=p, uniform=True, leaves=1)
-    # 2(p-1)α + 2(p-1)/p · n/B
-    assert collective_time("all_reduce", n, g, topo, "ring") == pytest.approx(2 * (p - 1) * a + 2 * (p - 1) / p * n / B, rel=1e-12)
-    assert collective_time("reduce_scatter", n, g, topo, "ring") == pytest.approx((p - 1) * a + (p - 1) / p * n / B, rel=1e-12)
-    assert collective_time("all_gather", n, g, topo, "ring") == pytest.approx((p - 1) * a + (p - 1) / p * n / B, rel=1e-12)
+    # all-reduce: base + 2(p-1) steps + 2(p-1)/p · n / (B · share)
+    ar = (base + 2 * (p - 1) * step) * US + 2 * (p - 1) / p * n / (B * share)
+    assert collective_time("all_reduce", n, g, topo, "ring", proto) == pytest.approx(ar, rel=1e-12)
+    rs = (base + (p - 1) * step) * US + (p - 1) / p * n / (B * share)
+    assert collective_time("reduce_scatter", n, g, topo, "ring", proto) == pytest.approx(rs, rel=1e-12)
+    assert collective_time("all_gather", n, g, topo, "ring", proto) == pytest.approx(rs, rel=1e-12)
 
 
-def test_hierarchical_all_reduce_closed_form(plain_topology):
+def test_multinode_ring_and_hierarchical_closed_forms(plain_topology):
     topo = load_topology(plain_topology, nodes=2)
-    # 2 nodes x 4 members: intra RS(4) + inter AR(2) of n/4 + intra AG(4)
+    # 2 nodes x 4 members, Simple
     k, N, n = 4, 2, 1e9
     g = GroupShape(size=8, nodes=2, per_node=4, uniform=True, leaves=1)
-    intra = (k - 1) * 2e-6 + (k - 1) / k * n / 100e9
-    inter = 2 * (N - 1) * 5e-6 + 2 * (N - 1) / N * (n / k) / 10e9
-    assert collective_time("all_reduce", n, g, topo, "hierarchical") == pytest.approx(2 * intra + inter, rel=1e-12)
-    # flat ring: per-rank bandwidth min(100, 4 x 10) = 40 GB/s; 2(N-1) = 2 network steps, 12 scale-up steps
-    ring = 12 * 2e-6 + 2 * 5e-6 + 2 * 7 / 8 * n / 40e9
-    assert collective_time("all_reduce", n, g, topo, "ring") == pytest.approx(ring, rel=1e-12)
-    assert collective_time("all_reduce", n, g, topo, "auto") == pytest.approx(min(ring, 2 * intra + inter), rel=1e-12)
+    # flat ring: per-rank bandwidth min(100, 4 x 10) = 40 GB/s; 2(N-1) = 2 network steps of 14 us,
+    # 12 NVLink steps of 3.4 us, base 8.4 us, x1.4 for a multi-node Simple ring all-reduce
+    ring = (8.4 + 12 * 3.4 + 2 * 14.0) * 1.4 * US + 2 * 7 / 8 * n / 40e9
+    assert collective_time("all_reduce", n, g, topo, "ring", "Simple") == pytest.approx(ring, rel=1e-12)
+    # hierarchical: intra RS(4) + inter AR(2) of n/4 + intra AG(4): 6 NVLink steps, 2 network steps
+    hier = (8.4 + 6 * 3.4 + 2 * 14.0) * US + 2 * (k - 1) / k * n / 100e9 + 2 * (N - 1) / N * (n / k) / 10e9
+    assert collective_time("all_reduce", n, g, topo, "hierarchical", "Simple") == pytest.approx(hier, rel=1e-12)
+    # hierarchical reduce-scatter: intra RS(4) then inter RS(2) of n/4
+    hrs = (8.4 + 3 * 3.4 + 1 * 14.0) * US + (k - 1) / k * n / 100e9 + (N - 1) / N * (n / k) / 10e9
+    assert collective_time("reduce_scatter", n, g, topo, "hierarchical", "Simple") == pytest.approx(hrs, rel=1e-12)
+
+
+def test_tree_closed_form(plain_topology):
+    topo = load_topology(plain_topology, nodes=8)
+    # 8 nodes x 1 member on 4 leaves (nodes_per_leaf 2): per-rank bandwidth 10 GB/s / oversubscription 2
+    g = GroupShape(size=8, nodes=8, per_node=1, uniform=True, leaves=4)
+    n = 1e8
+    # tree Simple: 8.4 + 2((k-1)·4.0 + log2(8)·14) us, bandwidth 0.92 x half the ring's 5 GB/s
+    t = (8.4 + 2 * (0 * 4.0 + 3 * 14.0)) * US + 2 * n / (5e9 * 0.92)
+    assert collective_time("all_reduce", n, g, topo, "tree", "Simple") == pytest.approx(t, rel=1e-12)
+    # the tree's log2 N latency beats the ring's 2(N-1) network steps for small messages
+    # LL: tree 6.8 + 2 x 3 x 5.0 = 36.8 us against the ring's 6.6 + 14 x 2.7 = 44.4 us
+    assert choose("all_reduce", 1e3, g, topo).algorithm == "tree"
+    # tree needs several nodes
+    one = GroupShape(size=4, nodes=1, per_node=4, uniform=True, leaves=1)
+    assert cost("all_reduce", n, one, topo, "tree", "Simple") is None
+
+
+def test_halving_doubling_closed_form(plain_topology):
+    topo = load_topology(plain_topology, nodes=2)
+    # 8 members, 4 per node: step 0 partner distance 4 (other node, 10 GB/s, n/2), steps 1-2 inside
+    # the node (100 GB/s, n/4 and n/8); doubled for all-reduce
+    g = GroupShape(size=8, nodes=2, per_node=4, uniform=True, leaves=1)
+    n = 1e9
+    t = 2 * (n / 2 / 10e9 + n / 4 / 100e9 + n / 8 / 100e9)
+    lat = (8.4 + 4 * 3.4 + 2 * 14.0) * US
+    assert collective_time("all_reduce", n, g, topo, "halving_doubling", "Simple") == pytest.approx(lat + t, rel=1e-12)
+    odd = GroupShape(size=6, nodes=2, per_node=3, uniform=True, leaves=1)
+    assert cost("all_reduce", n, odd, topo, "halving_doubling", "Simple") is None
+
+
+def test_protocol_choice_follows_message_size(plain_topology):
+    """Ring in one node of 4: LL costs 6.6 + 6 x 0.6 = 10.2 us and runs at half bandwidth; Simple
+    costs 8.4 + 6 x 3.4 = 28.8 us at full bandwidth; LL128 14 + 6 x 1.9 = 25.4 us at 0.92.
+    Per byte of all-reduce (x1.5 / 100 GB/s): LL 3e-11 s, LL128 1.6304e-11, Simple 1.5e-11.
+    LL beats LL128 while 15.2 us > 1.3696e-11 n (n < 1.11 MB); Simple beats LL128 once
+    3.4 us < 0.1304e-11 n (n > 2.61 MB)."""
+    topo = load_topology(plain_topology, nodes=1)
+    g = GroupShape(size=4, nodes=1, per_node=4, uniform=True, leaves=1)
+    assert choose("all_reduce", 1e5, g, topo, "ring").protocol == "LL"
+    assert choose("all_reduce", 2e6, g, topo, "ring").protocol == "LL128"
+    assert choose("all_reduce", 1e8, g, topo, "ring").protocol == "Simple"
+    # auto is the minimum over NCCL's algorithms (here only the ring applies) and every protocol;
+    # halving-doubling, faster in latency, is not among them
+    for n in (1e3, 1e6, 1e9):
+        best = min(c.seconds for a in ("ring", "tree", "nvls") for pr in ("LL", "LL128", "Simple")
+                   if (c := cost("all_reduce", n, g, topo, a, pr)) is not None)
+        assert collective_time("all_reduce", n, g, topo) == pytest.approx(best, rel=1e-12)
+    assert choose("all_reduce", 1e3, g, topo).algorithm == "ring"
+    assert choose("all_reduce", 1e3, g, topo, "halving_doubling").algorithm == "halving_doubling"
 
 
 def test_efficiency_scales_bandwidth_term(tmp_path):
@@ -48,5 +111,15 @@ def test_efficiency_scales_bandwidth_term(tmp_path):
                  'scale_out: {nics_per_node: 2, nic_bandwidth: "100 Gb/s", latency: "0 us"}\n')
     topo = load_topology(f, nodes=1)
     g = GroupShape(2, 1, 2, True, 1)
-    # 2(p-1)/p · n / (B·eff) = 1 · 1e9 / 50e9
-    assert collective_time("all_reduce", 1e9, g, topo) == pytest.approx(0.02, rel=1e-12)
+    # 2(p-1)/p · n / (B·eff) = 1 · 1e9 / 50e9, plus Simple's 8.4 + 2 x 3.4 us
+    assert collective_time("all_reduce", 1e9, g, topo, "ring", "Simple") == pytest.approx(0.02 + 15.2e-6, rel=1e-12)
+
+
+def test_all_to_all_is_limited_by_one_nic_share_across_nodes(plain_topology):
+    topo = load_topology(plain_topology, nodes=2)
+    g = GroupShape(size=8, nodes=2, per_node=4, uniform=True, leaves=1)
+    n = 1e9
+    # pairwise: 3 NVLink steps, 4 network steps; inside the node 3/8 of n at 100 GB/s, across 4/8 at 10 GB/s
+    t = (8.4 + 3 * 3.4 + 4 * 14.0) * US + max(3 / 8 * n / 100e9, 4 / 8 * n / 10e9)
+    assert collective_time("all_to_all", n, g, topo, "pairwise", "Simple") == pytest.approx(t, rel=1e-12)
+    assert math.isclose(collective_time("all_to_all", n, g, topo), choose("all_to_all", n, g, topo).seconds)

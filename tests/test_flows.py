@@ -9,6 +9,14 @@ from simtrain.topology import load_topology
 
 from conftest import write
 
+US = 1e-6
+
+
+def simple(up: int, net: int, ring_ar_multinode: bool = False) -> float:
+    """Simple protocol latency, NCCL's table (simtrain.collectives.LATENCY_US): 8.4 us base,
+    3.4 us per NVLink step, 14 us per network step; x1.4 for a multi-node ring all-reduce."""
+    return (8.4 + 3.4 * up + 14.0 * net) * US * (1.4 if ring_ar_multinode else 1.0)
+
 
 def test_two_flows_on_one_link_get_half_each():
     assert maxmin([("a",), ("a",)], {"a": 10.0}) == [5.0, 5.0]
@@ -48,32 +56,37 @@ def _net(tmp_path, nodes, over=1):
 @pytest.mark.parametrize("coll", ["all_reduce", "reduce_scatter", "all_gather"])
 def test_ring_in_one_node_matches_its_closed_form(tmp_path, coll):
     """Ring over 8 devices of one NVSwitch node (nothing contends: each device sends one flow and
-    receives one): steps·(alpha + n/(p·B)), i.e. 2(p-1)alpha + 2(p-1)/p·n/B for all-reduce."""
+    receives one): the protocol's latency for `steps` NVLink steps + steps·n/(p·B), i.e.
+    2(p-1)/p·n/B of transfer for all-reduce."""
     net = _net(tmp_path, 1)
-    n, p, a, B = 64e6, 8, 2e-6, 100e9
+    n, p, B = 64e6, 8, 100e9
     steps = 2 * (p - 1) if coll == "all_reduce" else p - 1
-    assert net.collective_time(coll, n, [list(range(8))]) == pytest.approx(steps * (a + n / p / B), rel=1e-12)
+    assert net.collective_time(coll, n, [list(range(8))]) == pytest.approx(simple(steps, 0) + steps * n / p / B, rel=1e-12)
 
 
 def test_halving_doubling_matches_its_closed_form(tmp_path):
-    """Recursive halving-doubling all-reduce: 2·log2(p)·alpha + 2(p-1)/p·n/B."""
+    """Recursive halving-doubling all-reduce: 2·log2(p) steps of latency + 2(p-1)/p·n/B."""
     net = _net(tmp_path, 1)
-    n, p, a, B = 64e6, 8, 2e-6, 100e9
+    n, p, B = 64e6, 8, 100e9
     t = net.collective_time("all_reduce", n, [list(range(8))], "halving_doubling")
-    assert t == pytest.approx(2 * math.log2(p) * a + 2 * (p - 1) / p * n / B, rel=1e-12)
+    assert t == pytest.approx(simple(2 * int(math.log2(p)), 0) + 2 * (p - 1) / p * n / B, rel=1e-12)
     assert sum(b for ph in halving_doubling_phases("reduce_scatter", 8, 1.0) for _, _, b in ph[:1]) == pytest.approx(7 / 8)
 
 
 def test_flow_backend_agrees_with_the_analytical_one_when_nothing_contends(tmp_path):
-    """One ring of one device per node under one leaf: NIC-limited, 10 GB/s and 5 us per step,
-    exactly the closed-form ring over the 'leaf' link class."""
-    from simtrain.collectives import ring_time
+    """One ring of one device per node under one leaf: NIC-limited, 10 GB/s, exactly the
+    closed-form ring over the 'leaf' link class, for every protocol and algorithm with phases."""
+    from simtrain.collectives import collective_time
     from simtrain.parallel import group_shape
     net = _net(tmp_path, 4)
     group = [0, 8, 16, 24]
-    flow = net.collective_time("all_reduce", 1e8, [group])
-    closed = ring_time("all_reduce", 1e8, group_shape(group, net.topo), net.topo)
-    assert flow == pytest.approx(closed, rel=1e-12)
+    for algo in ("ring", "halving_doubling"):
+        for proto in ("LL", "LL128", "Simple"):
+            flow = net.collective_time("all_reduce", 1e8, [group], algo, proto)
+            closed = collective_time("all_reduce", 1e8, group_shape(group, net.topo), net.topo, algo, proto)
+            assert flow == pytest.approx(closed, rel=1e-12)
+    # halving-doubling, Simple: 2 network steps each way, 2(p-1)/p·n at 10 GB/s
+    assert flow == pytest.approx(simple(0, 4) + 2 * 3 / 4 * 1e8 / 10e9, rel=1e-12)
 
 
 ONE_SPINE = """
@@ -93,17 +106,18 @@ def test_oversubscribed_spine_slows_a_ring_that_crosses_it(tmp_path):
     uplink carries 4 nodes x 8 rings = 32 flows. At 2:1 the uplink has 4 x 50 / 2 = 100 GB/s,
     3.125 GB/s per flow, half the NIC share; at 1:1 it has 200 GB/s and the NIC (6.25) limits.
     Rings kept inside a leaf never touch the spine: 6.25 GB/s even at 2:1. Each ring step moves
-    n/p at the flow rate after alpha = 5 us."""
+    n/p at the flow rate; latency: 2(N-1) network steps of a multi-node Simple ring."""
     n, p = 1e8, 8
     net1 = FlowNetwork(load_topology(write(tmp_path / "o1.yaml", ONE_SPINE.replace("OVER", "1")), 8))
     net2 = FlowNetwork(load_topology(write(tmp_path / "o2.yaml", ONE_SPINE.replace("OVER", "2")), 8))
     order = [0, 4, 1, 5, 2, 6, 3, 7]
     crossing = [[node * 8 + j for node in order] for j in range(8)]
     steps = 2 * (p - 1)
-    assert net1.collective_time("all_reduce", n, crossing) == pytest.approx(steps * (5e-6 + n / p / 6.25e9), rel=1e-9)
-    assert net2.collective_time("all_reduce", n, crossing) == pytest.approx(steps * (5e-6 + n / p / 3.125e9), rel=1e-9)
+    lat = simple(0, steps, True)
+    assert net1.collective_time("all_reduce", n, crossing) == pytest.approx(lat + steps * n / p / 6.25e9, rel=1e-9)
+    assert net2.collective_time("all_reduce", n, crossing) == pytest.approx(lat + steps * n / p / 3.125e9, rel=1e-9)
     inside = [[node * 8 + j for node in range(4 * leaf, 4 * leaf + 4)] for leaf in range(2) for j in range(8)]
-    assert net2.collective_time("all_reduce", n, inside) == pytest.approx(2 * 3 * (5e-6 + n / 4 / 6.25e9), rel=1e-9)
+    assert net2.collective_time("all_reduce", n, inside) == pytest.approx(simple(0, 6, True) + 6 * n / 4 / 6.25e9, rel=1e-9)
 
 
 def test_routes_are_deterministic_for_a_seed(tmp_path):
@@ -138,17 +152,16 @@ def test_flow_backend_in_a_whole_step_matches_analytical_without_contention(tmp_
 
 def test_rings_with_several_members_per_node_stripe_over_their_nics(tmp_path):
     """dp 8 over four nodes with 2 members each (tp 2): the ring's node-to-node hop is striped
-    over both members' rail NICs, k = 2 NIC shares, as the closed form's min(scale-up, k x NIC).
-    Latencies are set to zero here: phases are step-synchronous, so each step pays its slowest
-    hop's latency, while the closed form counts NCCL's pipelined 2(N-1) network + the rest
-    scale-up steps; the bandwidth terms are the same."""
-    from simtrain.collectives import ring_time
+    over both members' rail NICs, k = 2 NIC shares, as the closed form's min(scale-up, k x NIC);
+    both backends charge the closed form's latency (2(N-1) network steps, the rest NVLink)."""
+    from simtrain.collectives import collective_time
     from simtrain.parallel import group_shape
-    net = FlowNetwork(load_topology(write(tmp_path / "nolat.yaml", IDEAL.replace("OVER", "1").replace('"2 us"', '"0 us"').replace('"5 us"', '"0 us"')), 4))
+    net = FlowNetwork(load_topology(write(tmp_path / "s.yaml", IDEAL.replace("OVER", "1")), 4))
     groups = [[node * 8 + j + 4 * h for node in range(4) for h in range(2)] for j in range(4)]
     flow = net.collective_time("all_reduce", 1e8, groups)
-    closed = ring_time("all_reduce", 1e8, group_shape(groups[0], net.topo), net.topo)
+    closed = collective_time("all_reduce", 1e8, group_shape(groups[0], net.topo), net.topo, "ring", "Simple")
     assert flow == pytest.approx(closed, rel=1e-12)
+    assert flow == pytest.approx(simple(14 - 6, 6, True) + 2 * 7 / 8 * 1e8 / 20e9, rel=1e-12)
 
 
 RAIL = """
@@ -167,15 +180,15 @@ def test_rail_aligned_rings_avoid_the_oversubscribed_spine(tmp_path):
     NIC-limited, 10 GB/s, exactly the closed form. Rings over GPU (node + j) mod 8 change rail at
     every hop, so all 8 flows leaving a leaf cross the spine, whose uplinks total 8 x 10 / 2 =
     40 GB/s: some flow gets at most 5 GB/s, and a ring step lasts at least (n/p) / 5 GB/s."""
-    from simtrain.collectives import ring_time
+    from simtrain.collectives import collective_time
     from simtrain.parallel import group_shape
     topo = load_topology(write(tmp_path / "rail.yaml", RAIL), 8)
     net = FlowNetwork(topo)
     n, p = 1e8, 8
     aligned = [[node * 8 + j for node in range(8)] for j in range(8)]
     t_al = net.collective_time("all_reduce", n, aligned)
-    assert t_al == pytest.approx(ring_time("all_reduce", n, group_shape(aligned[0], topo), topo), rel=1e-12)
-    assert t_al == pytest.approx(14 * (5e-6 + n / p / 10e9), rel=1e-12)
+    assert t_al == pytest.approx(collective_time("all_reduce", n, group_shape(aligned[0], topo), topo, "ring", "Simple"), rel=1e-12)
+    assert t_al == pytest.approx(simple(0, 14, True) + 14 * n / p / 10e9, rel=1e-12)
     diagonal = [[node * 8 + (node + j) % 8 for node in range(8)] for j in range(8)]
     t_diag = net.collective_time("all_reduce", n, diagonal)
     assert t_diag >= 14 * (n / p / 5e9)
@@ -188,7 +201,7 @@ def test_link_bytes_and_saturated_time_of_a_ring(tmp_path):
     part of every step, 2(p-1)·(n/p)/B seconds (not during the latency)."""
     net = _net(tmp_path, 1)
     n, p, B = 64e6, 8, 100e9
-    t, moved, sat = net.collective("all_reduce", n, [list(range(8))])
+    t, _, _, moved, sat = net.collective("all_reduce", n, [list(range(8))])
     up = ("node0.gpu3", "node0.switch")
     assert moved[up] == pytest.approx(2 * (p - 1) / p * n)
     assert sat[up] == pytest.approx(2 * (p - 1) * n / p / B, rel=1e-9)
@@ -231,10 +244,10 @@ def test_trace_has_counter_tracks_of_the_busiest_links(tmp_path, plain_topology)
 
 def test_all_to_all_phases_match_their_closed_forms(tmp_path):
     """8 GPUs on one switch, n bytes per rank. Pairwise: p-1 steps, each one flow of n/p per GPU:
-    (p-1)(alpha + n/(p·B)). Direct: one phase, each GPU's uplink shared by its p-1 flows of n/p:
-    alpha + (p-1)·n/(p·B)."""
+    p-1 steps of latency + (p-1)·n/(p·B). Direct: one phase, each GPU's uplink shared by its p-1
+    flows of n/p: one step of latency + (p-1)·n/(p·B)."""
     net = _net(tmp_path, 1)
-    n, p, a, B = 64e6, 8, 2e-6, 100e9
+    n, p, B = 64e6, 8, 100e9
     g = [list(range(8))]
-    assert net.collective_time("all_to_all", n, g, "pairwise") == pytest.approx((p - 1) * (a + n / p / B), rel=1e-12)
-    assert net.collective_time("all_to_all", n, g, "direct") == pytest.approx(a + (p - 1) * n / p / B, rel=1e-12)
+    assert net.collective_time("all_to_all", n, g, "pairwise") == pytest.approx(simple(p - 1, 0) + (p - 1) * n / p / B, rel=1e-12)
+    assert net.collective_time("all_to_all", n, g, "direct") == pytest.approx(simple(1, 0) + (p - 1) * n / p / B, rel=1e-12)
