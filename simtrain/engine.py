@@ -7,6 +7,10 @@ with a peak per class (never a blocking container: an out-of-memory plan still r
 
 A drained event queue with ops still pending raises DeadlockError naming, per blocked stream,
 the op it waits on and what it waits for.
+
+Ops that carry a network `load` (the flow backend gives one to every collective and pipeline
+send that uses the scale-out fabric) do not simply wait out their duration: they share the
+links with every other such op running at the same time (`FluidNetwork`).
 """
 from __future__ import annotations
 
@@ -16,6 +20,118 @@ import simpy
 
 from simtrain.errors import DeadlockError
 from simtrain.program import stream_sequences
+
+
+class FluidNetwork:
+    """Contention between communication ops that overlap in time, inside the SimPy run.
+
+    Each op i has its duration D_i when it runs alone (from the flow backend, contention among
+    its own flows included) and its load: u_ie, the fraction of link e's capacity it uses on
+    average when alone. Running ops progress at rates r_i in (0, 1] (isolated seconds per
+    second), chosen max-min fair subject to sum_i u_ie r_i <= 1 on every link by progressive
+    filling (Bertsekas & Gallager §6.5.2), recomputed whenever an op starts or ends. While no
+    link is over-subscribed every rate is 1 and the op takes exactly D_i.
+    Worked example: A (D 1 s, u 1.0 on link e) starts at 0, B (the same) at 0.5: A runs alone to
+    0.5 (0.5 s left), both at 0.5 until A ends at 1.5; B, 0.5 s done, alone again, ends at 2.0.
+    """
+
+    def __init__(self, env):
+        self.env = env
+        self.active: dict = {}    # op id -> [remaining isolated seconds, rate, load, done event, duration]
+        self.use: dict = {}       # link -> sum of u of the running ops (at rate 1)
+        self.over: set = set()    # links with use > 1
+        self.t = 0.0
+        self.gen = 0
+
+    def start(self, op):
+        self._advance()
+        ev = self.env.event()
+        self.active[op.id] = [op.duration, 1.0, op.load, ev, op.duration]
+        for e, u in op.load:
+            x = self.use.get(e, 0.0) + u
+            self.use[e] = x
+            if x > 1 + 1e-9:
+                self.over.add(e)
+        self._rates()
+        self._schedule()
+        return ev
+
+    def _advance(self):
+        dt = self.env.now - self.t
+        if dt > 0:
+            for a in self.active.values():
+                a[0] -= a[1] * dt
+        self.t = self.env.now
+
+    def _rates(self):
+        act = self.active
+        if not self.over:
+            for a in act.values():
+                a[1] = 1.0
+            return
+        over = self.over
+        contended = [i for i, a in act.items() if any(e in over for e, _ in a[2])]
+        for i, a in act.items():
+            a[1] = 1.0
+        # links that matter: the over-subscribed ones (rates only fall, so no other link can fill)
+        fixed = {e: self.use[e] for e in over}
+        for i in contended:
+            for e, u in act[i][2]:
+                if e in over:
+                    fixed[e] -= u
+        demand = {e: 0.0 for e in over}
+        for i in contended:
+            for e, u in act[i][2]:
+                if e in over:
+                    demand[e] += u
+        left = set(contended)
+        while left:
+            level, tight = 1.0, None
+            for e, d in demand.items():
+                if d > 0:
+                    r = (1.0 - fixed[e]) / d
+                    if r < level:
+                        level, tight = r, e
+            if tight is None:
+                break                       # every remaining op can run at full speed
+            level = max(level, 1e-9)
+            frozen = [i for i in left if any(e == tight for e, _ in act[i][2])]
+            for i in frozen:
+                act[i][1] = level
+                left.discard(i)
+                for e, u in act[i][2]:
+                    if e in demand:
+                        demand[e] -= u
+                        fixed[e] += u * level
+            demand[tight] = 0.0
+
+    def _schedule(self):
+        self.gen += 1
+        if not self.active:
+            return
+        dt = min(a[0] / a[1] if a[1] > 0 else float("inf") for a in self.active.values())
+        gen = self.gen
+        self.env.timeout(max(dt, 0.0)).callbacks.append(lambda _ev, g=gen: self._wake(g))
+
+    def _wake(self, gen):
+        if gen != self.gen:
+            return
+        self._advance()
+        finished = [i for i, a in self.active.items() if a[0] <= 1e-9 * max(a[4], 1e-9)]
+        for i in finished:
+            a = self.active.pop(i)
+            for e, u in a[2]:
+                x = self.use[e] - u
+                if x <= 1e-12:
+                    del self.use[e]
+                    self.over.discard(e)
+                else:
+                    self.use[e] = x
+                    if x <= 1 + 1e-9:
+                        self.over.discard(e)
+            a[3].succeed()
+        self._rates()
+        self._schedule()
 
 
 @dataclass
@@ -41,6 +157,7 @@ def run(ops: list, class_ids: list) -> Timeline:
     rdv: dict = {}
     streams = stream_sequences(ops)
     waiting = {}
+    net = FluidNetwork(env)
 
     def proc(key, seq):
         for op in seq:
@@ -71,7 +188,9 @@ def run(ops: list, class_ids: list) -> Timeline:
             if op.inflight > 0:
                 infl_cur[c] += op.inflight
                 infl_peak[c] = max(infl_peak[c], infl_cur[c])
-            if op.duration > 0:
+            if op.load and op.duration > 0:
+                yield net.start(op)
+            elif op.duration > 0:
                 yield env.timeout(op.duration)
             end[op.id] = env.now
             if op.free:

@@ -11,8 +11,13 @@ Contention is modelled between all groups that run the same collective at the sa
 data-parallel (or tensor-parallel) groups of one pipeline stage run the same program in lockstep,
 so the backend times one collective as the concurrent phases of every group of that kind in the
 stage (other stages are staggered by the schedule). That is where oversubscribed uplinks,
-shared NICs and placement bite. Traffic of different kinds overlapping
-in time (a gradient bucket under a pipeline send) is not yet made to contend.
+shared NICs and placement bite. Pipeline sends are timed the same way, as the flows of all the
+ranks of a class at once.
+
+Ops that overlap in time (a gradient bucket under a pipeline send, two stages' gradient
+reductions) then contend inside the SimPy run: each carries its average load on every
+scale-out link, and the engine's `FluidNetwork` shares the links among the running ops by
+max-min fairness, recomputed whenever one starts or ends.
 
 Max-min fairness, progressive filling (Bertsekas & Gallager, "Data Networks", §6.5.2): raise
 every unfrozen flow's rate equally until some link is full; freeze the flows on it; repeat.
@@ -227,6 +232,12 @@ class FlowNetwork:
             up = self.g.nodes[u].get("kind") == "scale_up_switch" or self.g.nodes[v].get("kind") == "scale_up_switch"
             eff = topo.scale_up_efficiency if up else topo.scale_out_efficiency
             self.cap[(u, v)] = self.cap[(v, u)] = d["bw"] * eff
+        # scale-out links (everything but the links to a scale-up switch): where ops of different
+        # kinds meet, and what the engine's FluidNetwork shares among overlapping ops
+        self.scale_out = set()
+        for u, v in self.g.edges():
+            if "scale_up_switch" not in (self.g.nodes[u].get("kind"), self.g.nodes[v].get("kind")):
+                self.scale_out.update(((u, v), (v, u)))
         self.lat = {(u, v): d["latency"] for u, v, d in self.g.edges(data=True)}
         self.lat.update({(v, u): x for (u, v), x in list(self.lat.items())})
         self._core_paths: dict = {}     # (leaf, leaf) -> equal-cost paths through the switch core
@@ -367,8 +378,37 @@ class StepFlows:
         for k in ("tp", "dp"):
             for g in grid.groups(k):
                 self.groups.setdefault((k, grid.coords(g[0])["stage"]), []).append([place[r] for r in g])
-        self.stats: dict = {}      # collective key -> (time, bytes per link, saturated s per link)
+        self.stats: dict = {}      # collective key -> (time, bytes per link, saturated s per link, Cost)
         self.key_of: dict = {}     # comm op id -> collective key
+        self.per_stage = grid.world // p.pp
+        self.place = place
+        self.pp_groups = {r: g for g in grid.groups("pp") for r in g}
+        self._loads: dict = {}
+
+    def load(self, key, share: float) -> tuple:
+        """The engine's load of one class's part of a collective: its share of the stage's ranks
+        times the collective's bytes on each scale-out link, over its duration and the link's
+        capacity (the average fraction of the link it uses when it runs alone)."""
+        hit = self._loads.get((key, share))
+        if hit is None:
+            t, moved = self.stats[key][0], self.stats[key][1]
+            cap, out = self.net.cap, self.net.scale_out
+            hit = self._loads[(key, share)] = tuple(
+                (e, share * x / (t * cap[e])) for e, x in sorted(moved.items()) if e in out and x > 0) if t > 0 else ()
+        return hit
+
+    def p2p(self, c, target_stage: int, nbytes: float, link_class: str) -> tuple:
+        """(key, duration, load) of a pipeline send from every rank of class `c` to the rank at
+        pipeline position `target_stage` of its pp group, all at once: the link class's latency
+        plus the time of those flows sharing the fabric."""
+        key = ("p2p", c.id, target_stage, nbytes)
+        hit = self.stats.get(key)
+        if hit is None:
+            ts = [Transfer(self.place[r], self.place[self.pp_groups[r][target_stage]], nbytes) for r in c.ranks]
+            data, moved, sat, _ = self.net.phase(ts)
+            t = self.net.topo._link_by_class(link_class).latency + data
+            hit = self.stats[key] = (t, moved, sat, None)
+        return key, hit[0], self.load(key, 1.0)
 
     def duration(self, coll: str, n: float, kind: str, stage: int) -> tuple:
         """(key, seconds) of one collective; `auto` takes the fastest algorithm with phases and
@@ -428,14 +468,13 @@ class StepFlows:
         by_bytes = sorted(moved, key=lambda e: (-moved[e], e))[:top]
         by_sat = sorted(sat, key=lambda e: (-sat[e], e))[:top]
         section = {"by_bytes": [row(e) for e in by_bytes], "by_saturated_time": [row(e) for e in by_sat],
-                   "scope": "tp and dp collectives (flow backend); pipeline sends not included"}
+                   "scope": "tp and dp collectives and pipeline sends (flow backend)"}
         return section, by_sat[:8] or by_bytes[:8]
 
     def timeline(self, ops: list, tl, links: list) -> dict:
-        """link -> [(time, utilisation)] change points over the step: while a collective runs, a
-        link carries its per-link bytes spread over the collective's duration. Collectives of
-        different kinds add up (their mutual contention is not modelled, so a sum above 1 marks
-        demand the fabric could not have served)."""
+        """link -> [(time, utilisation)] change points over the step: while a collective or send
+        runs, a link carries its per-link bytes spread over the op's simulated duration (stretched
+        by contention on scale-out links, so overlapping ops share rather than add up there)."""
         _, where = self._runs(ops)
         want = set(links)
         deltas: dict = {e: [] for e in links}

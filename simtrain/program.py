@@ -60,6 +60,7 @@ class EOp:
     inflight: int = 0         # +1 at start (a microbatch-chunk's activations come alive), -1 at end
     bytes: float = 0.0        # communication size (for the trace)
     order: float = -1.0       # position on its stream (defaults to the id)
+    load: tuple = ()          # ((link, fraction of its capacity used when alone), ...): flow backend only
 
 
 def stream_sequences(ops: list) -> dict:
@@ -126,6 +127,7 @@ class Lowering:
                        bytes=comm.size_bytes, transient=transient)
         if self.flow is not None:
             self.flow.key_of[op.id] = key
+            op.load = self.flow.load(key, c.multiplicity / self.flow.per_stage)
         return op
 
     def lower(self) -> list:
@@ -229,11 +231,17 @@ class _ClassLowering:
         if r == self.rank:
             return
         _, link, stream = self._neighbour(r)
-        snd = self.low._new(self.c, stream=stream, kind="send", category="pp",
-                            duration=p2p_time(self.low.pp_msg, link, self.low.topo),
+        flow, load = self.low.flow, ()
+        if flow is not None:
+            key, dur, load = flow.p2p(self.c, r, self.low.pp_msg, link)
+        else:
+            dur = p2p_time(self.low.pp_msg, link, self.low.topo)
+        snd = self.low._new(self.c, stream=stream, kind="send", category="pp", duration=dur, load=load,
                             label=f"send_{'act' if kind == 'F' else 'grad'}{a.microbatch}" + (f".{a.chunk}" if self.sched.chunks > 1 else ""),
                             mb=a.microbatch, chunk=a.chunk, deps=[last.id], bytes=self.low.pp_msg)
         self.low.send_of[(self.c.id, kind, a.microbatch, a.chunk)] = snd.id
+        if flow is not None:
+            flow.key_of[snd.id] = key
 
     # -- actions ----------------------------------------------------------------------------------
     def forward(self, idx: int, a: Action) -> None:

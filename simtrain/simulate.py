@@ -79,7 +79,10 @@ def collectives_section(low) -> list:
     choice, or the scenario's), and its predicted time split into latency and transfer."""
     rows = []
     if low.flow is not None:
-        for (coll, n, kind, stage), (_, _, _, c) in low.flow.stats.items():
+        for key, (_, _, _, c) in low.flow.stats.items():
+            if c is None:           # a pipeline send
+                continue
+            coll, n, kind, stage = key
             rows.append((kind, coll, n, len(low.flow.groups[(kind, stage)][0]), stage, c))
     else:
         for (kind, coll, n, shape), c in low.chosen.items():
