@@ -142,9 +142,12 @@ def cmd_list(args) -> int:
         for k, d in SCHEDULES.items():
             print(f"{k:17s} {d.source}")
     elif what == "collectives":
-        from simtrain.collectives import ALGORITHMS
-        for k, v in ALGORITHMS.items():
-            print(f"{k:14s} {v}")
+        from simtrain.collectives import ALGORITHMS, PROTOCOLS
+        from simtrain.flows import FLOW_ALGORITHMS
+        for k, a in ALGORITHMS.items():
+            flow = "flow too" if any(k in v for v in FLOW_ALGORITHMS.values()) else "analytical only"
+            print(f"{k:17s} {', '.join(a.collectives)}; {'auto' if a.tuned else 'when named'}; {flow} — {a.source}")
+        print(f"protocols: {', '.join(PROTOCOLS)} (network.protocol; auto picks the fastest)")
     elif what == "models":
         from simtrain.loading import model_presets
         for k, v in model_presets().items():
