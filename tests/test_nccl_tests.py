@@ -1,0 +1,65 @@
+"""nccl-tests importer: the text tables of two nccl-tests versions (header-driven) and the -J JSON
+file, with bus bandwidth recomputed from size and time by nccl-tests' factors
+(doc/PERFORMANCE.md: 2(n-1)/n all-reduce, (n-1)/n all-gather / reduce-scatter)."""
+from pathlib import Path
+
+import pytest
+
+from simtrain.calibration.nccl_tests import bus_factor, read
+from simtrain.errors import ConfigError
+
+DATA = Path(__file__).parent / "data" / "nccl"
+
+
+def agrees_with_print(r) -> bool:
+    """The log prints time and busbw with 2 decimals: the recomputed busbw may differ from the
+    printed one by the time's rounding (0.005 us relative to the time) plus the print's own 0.005."""
+    bus = r.busbw / 1e9
+    return abs(bus - r.printed_busbw) <= bus * 0.005 / (r.time_s * 1e6) + 0.005 + 1e-9
+
+
+def test_text_log_with_root_and_wrong_columns():
+    """nccl-tests 2.17 prints `size count type redop root time algbw busbw #wrong ...`. Rows are
+    the VP H100 log in shared/data: 1 GiB in 4010.54 us -> algbw 267.73, busbw x 14/8 = 468.53."""
+    (sw,) = read(DATA / "all_reduce_2.17.txt")
+    assert (sw.collective, sw.ranks, sw.nodes, sw.dtype) == ("all_reduce", 8, 1, "float")
+    assert sw.provenance["nccl_tests"] == "2.17.9" and sw.provenance["nccl"] == "22403"
+    assert [r.bytes for r in sw.rows] == [2**20, 2**22, 2**24, 2**26, 2**28, 2**30]
+    last = sw.rows[-1]
+    assert last.time_s == pytest.approx(4010.54e-6)
+    assert last.busbw == pytest.approx(2**30 / 4010.54e-6 * 2 * 7 / 8, rel=1e-12)
+    assert all(agrees_with_print(r) for r in sw.rows)
+
+
+def test_older_text_log_without_root_column():
+    """An older table (`size count type redop time algbw busbw error`, no root column, no
+    `Collective test starting` line: the file name says all_gather), 4 ranks on 2 hosts:
+    1 MiB in 60 us -> algbw 17.476 GB/s, busbw x 3/4 = 13.107."""
+    (sw,) = read(DATA / "all_gather_2.10.txt")
+    assert (sw.collective, sw.ranks, sw.nodes) == ("all_gather", 4, 2)
+    assert sw.rows[0].busbw == pytest.approx(2**20 / 60e-6 * 3 / 4, rel=1e-12)
+    assert all(agrees_with_print(r) for r in sw.rows)
+
+
+def test_json_output():
+    """-J JSON: 4 ranks, reduce_scatter named in args; 16 MiB in 100 us -> 167.77 x 3/4 = 125.83."""
+    (sw,) = read(DATA / "reduce_scatter_2.19.json")
+    assert (sw.collective, sw.ranks, sw.nodes) == ("reduce_scatter", 4, 1)
+    assert sw.rows[-1].busbw == pytest.approx(2**24 / 100e-6 * 0.75, rel=1e-12)
+    assert all(agrees_with_print(r) for r in sw.rows)
+
+
+def test_bus_factors():
+    assert bus_factor("all_reduce", 8) == 14 / 8
+    assert bus_factor("all_to_all", 4) == 0.75
+    assert bus_factor("sendrecv", 2) == 1.0
+
+
+def test_a_truncated_row_is_named_with_its_line(tmp_path):
+    text = (DATA / "all_reduce_2.17.txt").read_text().replace("  1073741824     268435456     float     sum      -1  4010.54",
+                                                              "  1073741824     268435456")
+    f = tmp_path / "all_reduce_cut.txt"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        read(f)
+    assert "line 23" in str(e.value) and str(f) in str(e.value)
