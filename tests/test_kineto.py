@@ -1,0 +1,57 @@
+"""PyTorch profiler (Kineto) importer: a trace recorded by torch.profiler on the CPU in the test
+itself, and a hand-written device trace whose kernel sums are derived by hand."""
+import gzip
+import json
+
+import pytest
+
+from simtrain.calibration.kineto import operator_times
+from simtrain.errors import ConfigError
+
+
+def test_trace_recorded_on_cpu_in_the_test(tmp_path):
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+    x, w = torch.randn(64, 128), torch.randn(256, 128)
+    ln = torch.nn.LayerNorm(256)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(3):
+            y = torch.nn.functional.linear(x, w)
+            torch.nn.functional.gelu(ln(y))
+    f = tmp_path / "cpu.json"
+    prof.export_chrome_trace(str(f))
+    ops = operator_times(f)
+    # linear's inner matmul / mm are not counted again: one gemm per iteration
+    assert [o.operator for o in ops] == ["gemm", "norm", "activation"] * 3
+    g = ops[0]
+    assert g.aten == "aten::linear" and g.shapes[:2] == ((64, 128), (256, 128)) and g.dtype == "float"
+    assert all(o.seconds > 0 and not o.on_device for o in ops)
+
+
+def _x(cat, name, ts, dur, ext, tid=1):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": {"External id": ext}}
+
+
+def test_kernels_join_their_cpu_ops_through_the_external_id(tmp_path):
+    """aten::linear (ext 1) contains aten::mm (ext 2): kernels of 30 + 10 us launched under mm
+    and 5 us under linear itself count 45 us for the one gemm; a Cambricon `mlu_kernel` of 7 us
+    under aten::gelu (ext 3) counts for the activation; runtime calls are not device time."""
+    ev = [_x("cpu_op", "aten::linear", 0, 100, 1), _x("cpu_op", "aten::mm", 10, 80, 2),
+          _x("cpu_op", "aten::gelu", 120, 20, 3),
+          _x("cuda_runtime", "cudaLaunchKernel", 15, 3, 2), _x("mlu_runtime", "cnrtInvokeKernel", 125, 2, 3),
+          _x("kernel", "sm90_gemm", 200, 30, 2, tid=7), _x("kernel", "sm90_gemm_tail", 231, 10, 2, tid=7),
+          _x("kernel", "bias", 242, 5, 1, tid=7), _x("mlu_kernel", "cnnlGelu", 260, 7, 3, tid=8)]
+    f = tmp_path / "dev.json.gz"
+    f.write_bytes(gzip.compress(json.dumps({"traceEvents": ev}).encode()))
+    ops = operator_times(f)
+    assert [(o.operator, o.aten) for o in ops] == [("gemm", "aten::linear"), ("activation", "aten::gelu")]
+    assert ops[0].seconds == pytest.approx(45e-6) and ops[1].seconds == pytest.approx(7e-6)
+    assert all(o.on_device for o in ops)
+
+
+def test_a_file_that_is_not_a_trace_is_named(tmp_path):
+    f = tmp_path / "x.json"
+    f.write_text("[1, 2")
+    with pytest.raises(ConfigError) as e:
+        operator_times(f)
+    assert str(f) in str(e.value) and "export_chrome_trace" in str(e.value)
