@@ -194,25 +194,13 @@ def hierarchical_phases(coll: str, groups_of_nodes: list, n: float) -> list:
 # -----------------------------------------------------------------------------------------------
 
 def access_path(topo, src: int, dst: int, core_paths: dict | None = None, pick=None) -> tuple:
-    """Node names of the route src -> dst on a two-tier fabric: through the node switch inside a
-    node; otherwise device -> its NIC -> the NIC's leaf -> a shortest path through the switch core
-    -> leaf -> NIC -> device (never through another GPU). `pick` chooses among equal-cost core
-    paths (ECMP); by default the first."""
-    t = topo
-    a, b = t.device_id(src), t.device_id(dst)
-    if t.node_of(src) == t.node_of(dst):
-        return (a, f"node{t.node_of(src)}.switch", b)
-    na = f"node{t.node_of(src)}.nic{t.nic_of(src)}"
-    nb = f"node{t.node_of(dst)}.nic{t.nic_of(dst)}"
-    la, lb = f"leaf{t.leaf_of(src)}", f"leaf{t.leaf_of(dst)}"
-    cache = core_paths if core_paths is not None else {}
-    paths = cache.get((la, lb))
-    if paths is None:
-        g = t.graph()
-        core = g.subgraph([x for x, k in g.nodes(data="kind") if k in ("leaf", "spine")])
-        paths = cache[(la, lb)] = sorted(tuple(x) for x in nx.all_shortest_paths(core, la, lb))
-    chosen = pick(paths) if pick is not None and len(paths) > 1 else paths[0]
-    return (a, na) + chosen + (nb, b)
+    """Node names of the route src -> dst, as the topology's builder lays it out
+    (`Topology.route`): on a fat-tree through the domain's scale-up fabric inside a domain,
+    otherwise device -> its NIC -> the NIC's leaf -> a shortest path through the switch core ->
+    leaf -> NIC -> device (never through another GPU, except the PXN hop of a multi-plane
+    fabric); minimal routes on a torus or dragonfly. `pick(options, salt=None)` chooses among
+    equal-cost options (ECMP); by default the first."""
+    return topo.route(src, dst, pick, core_paths)
 
 
 class FlowNetwork:
@@ -245,11 +233,15 @@ class FlowNetwork:
 
     def route(self, src: int, dst: int, flow_id) -> tuple:
         """Directed links of one shortest path; ECMP picks among equal-cost paths by a CRC32 of
-        (seed, flow id), so the same input and seed give the same routes."""
+        (seed, flow id) (and the hop number where a builder chooses hop by hop, as on a torus),
+        so the same input and seed give the same routes."""
         if src == dst:
             return ()
-        p = access_path(self.topo, src, dst, self._core_paths,
-                        lambda paths: paths[zlib.crc32(repr((self.seed, flow_id)).encode()) % len(paths)])
+
+        def pick(options, salt=None):
+            key = (self.seed, flow_id) if salt is None else (self.seed, flow_id, salt)
+            return options[zlib.crc32(repr(key).encode()) % len(options)]
+        p = access_path(self.topo, src, dst, self._core_paths, pick)
         return tuple(zip(p, p[1:]))
 
     def phase(self, transfers: list) -> tuple:
