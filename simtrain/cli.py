@@ -99,7 +99,7 @@ def cmd_check(args) -> int:
     print(f"{args.scenario}: ok")
     print(f"  model {sc.model.name} ({sc.model.architecture}), {sc.world_size} ranks = tp {p.tp} x cp {p.cp} x dp {p.dp} x pp {p.pp}, "
           f"{sc.num_microbatches} microbatches, schedule {p.schedule}")
-    print(f"  topology {topo.name}: {topo.nodes} nodes x {topo.devices_per_node} {topo.device_label}s")
+    print(f"  topology {topo.name}: {topo.describe()}")
     print("  static memory per rank (weights + gradients + optimizer + buffers, before activations):")
     worst = 0.0
     for r, held in enumerate(sched.stage_of):
@@ -117,12 +117,18 @@ def cmd_check(args) -> int:
     crossing = [g for g in grid.groups("tp") if len({topo.node_of(place[r]) for r in g}) > 1]
     print(f"  placement {p.placement if p.device_of_rank is None else 'explicit (device_of_rank)'}")
     if crossing:
+        # a "node" is a scale-up domain: one server, or e.g. a GB200 NVL72 rack of 18 trays
         g = crossing[0]
         nodes = sorted({topo.node_of(place[r]) for r in g})
-        print(f"  warning: {len(crossing)} of {len(grid.groups('tp'))} tensor-parallel groups cross a node boundary "
-              f"(e.g. ranks {g[0]}..{g[-1]} on nodes {', '.join(map(str, nodes[:4]))}{'...' if len(nodes) > 4 else ''}); "
+        one_host = topo.devices_per_host == topo.devices_per_node
+        where, short = (("node", "node") if one_host else
+                        (topo.domain_name, f"scale-up domain ({topo.node_label})"))
+        units = "nodes" if one_host else f"{topo.node_label}s"
+        print(f"  warning: {len(crossing)} of {len(grid.groups('tp'))} tensor-parallel groups cross a {where} boundary "
+              f"(e.g. ranks {g[0]}..{g[-1]} on {units} {', '.join(map(str, nodes[:4]))}{'...' if len(nodes) > 4 else ''}); "
               f"their collectives go over the scale-out network; "
-              + (f"keep tp <= {topo.devices_per_node}" if p.tp > topo.devices_per_node else "use placement megatron or scattered, which keep tp groups inside a node"))
+              + (f"keep tp <= {topo.devices_per_node}, the {topo.device_label}s of one {short}" if p.tp > topo.devices_per_node
+                 else f"use placement megatron, scattered or topology_aware, which keep tp groups inside a {short}"))
     return 0
 
 
@@ -133,10 +139,10 @@ def cmd_list(args) -> int:
         for k in preset_names():
             print(describe(k))
     elif what == "topologies":
-        from simtrain.topology import shipped_topologies
+        from simtrain.topology import load_topology, shipped_topologies
         for f in shipped_topologies():
-            d = yaml.safe_load(f.read_text())
-            print(f"{f.stem:14s} {d.get('kind')}, {d.get('devices_per_node')} per node — {d.get('source', '')}")
+            t = load_topology(f, 1)
+            print(f"{f.stem:26s} {t.kind}: {t.describe(count=False)} — {t.source}")
     elif what == "schedules":
         from simtrain.schedules import SCHEDULES
         for k, d in SCHEDULES.items():

@@ -29,6 +29,8 @@ class GroupShape:
     uniform: bool          # every spanned node holds the same number of members
     leaves: int
     min_per_node: int = 0  # smallest number of members on a spanned node
+    span: str = ""         # link class of the widest hop the group spans (Topology.span_class):
+                           # scale_up, leaf, spine, core (three-level fat-tree), ...
 
     @property
     def spans_nodes(self) -> bool:
@@ -106,10 +108,12 @@ def group_shape(devs, topo: Topology) -> GroupShape:
     per_node = Counter(topo.node_of(d) for d in devs)
     leaves = {topo.leaf_of(d) for d in devs}
     counts = set(per_node.values())
-    return GroupShape(len(devs), len(per_node), max(counts), len(counts) == 1, len(leaves), min(counts))
+    return GroupShape(len(devs), len(per_node), max(counts), len(counts) == 1, len(leaves), min(counts),
+                      topo.span_class(devs))
 
 
 DIMS = ("tp", "cp", "dp", "pp")
+POLICIES = ("megatron", "scattered", "random", "topology_aware")   # besides orders such as "dp-tp-cp-pp"
 
 
 def placement(grid: RankGrid, topo: Topology, policy: str = "megatron", seed: int = 0, explicit=None) -> list[int]:
@@ -122,6 +126,8 @@ def placement(grid: RankGrid, topo: Topology, policy: str = "megatron", seed: in
                     the leaves, as a scheduler that scatters a job's nodes does: node k goes to
                     leaf k mod L (L leaves), slot k div L; tp groups stay inside nodes
       random        a seeded random permutation (a baseline for placement studies)
+      topology_aware  tp groups inside a scale-up domain, dp/cp rings on one rail, stage groups
+                    packed into the fabric's pods and leaf units (see `topology_aware`)
       explicit      the given list: explicit[r] is rank r's device
     Worked example (tp 2, dp 2, pp 2, order "dp-tp-cp-pp"): rank 1 (tp_rank 1, dp 0, stage 0)
     goes to device 0 + 1 x 2 = 2, so the dp pair {0, 2} of ranks shares devices 0 and 1."""
@@ -141,6 +147,8 @@ def placement(grid: RankGrid, topo: Topology, policy: str = "megatron", seed: in
         if sorted(out) != list(range(grid.world)):      # leaves not evenly filled: keep Megatron order
             return list(range(grid.world))
         return out
+    if policy == "topology_aware":
+        return topology_aware(grid, topo)
     if policy == "random":
         import numpy as np
         return [int(x) for x in np.random.default_rng(seed).permutation(grid.world)]
@@ -155,6 +163,95 @@ def placement(grid: RankGrid, topo: Topology, policy: str = "megatron", seed: in
             dev += c[key[d]] * stride
             stride *= size[d]
         out.append(dev)
+    return out
+
+
+def topology_aware(grid: RankGrid, topo: Topology) -> list[int]:
+    """Topology-aware placement: a deterministic permutation built in three steps.
+
+    1. Tensor parallel inside a scale-up domain. A domain of D devices holds s = D / tp whole tp
+       groups, tp_rank t of the j-th group on local device j·tp + t. The s groups of a domain are
+       consecutive in Megatron order within one pipeline stage (cp fastest, then dp), so a cp
+       group of up to s members stays on the domain's scale-up fabric.
+    2. Rails. Every rank's dp and cp peers sit at the same local device index j·tp + t on their
+       domains, hence on the same NIC index: the same rail leaf of a rail-optimized fabric, the same
+       plane of a multi-plane one.
+    3. Stage groups into the fabric's hierarchy. The G = cp·dp / s domains of one pipeline stage
+       (all of its dp and cp rings run among them) form a stage group. Groups are packed level by
+       level, coarsest first (`Topology.placement_levels`: pods, then leaf units of a fat-tree;
+       router groups of a dragonfly): in pipeline order, each group goes whole into the first
+       container with room for it (first fit), so consecutive stages share a pod or unit; a group
+       that fits nowhere whole is split over the containers with the most room, largest first, so
+       it spans as few as possible. Then the same inside every container, with its pieces. A
+       group's domains are ordered container by container, so its rings cross each container
+       boundary once. This minimises the crossings of the coarsest (costliest) level first.
+    Falls back to the Megatron order where tp does not divide the domain or cp·dp is not a
+    multiple of s (a domain would mix stages); the Megatron order is also what comes out when the
+    groups line up with the containers, or on a fabric without levels (a torus).
+
+    Worked example (dgx-a100-2to1: leaf units of 16 nodes, 8 GPUs per node; tp 8, pp 4, dp 12,
+    48 nodes): s = 1, G = 12. First fit: stage 0 -> unit 0 (4 left), stage 1 -> unit 1, stage 2
+    -> unit 2; stage 3 fits nowhere whole and takes 4 + 4 + 4 nodes of units 0, 1, 2. Its dp
+    rings cross the spine 3 times, the others never: 3 spine-crossing hops per rail. The Megatron
+    order (stage s on nodes 12s..12s+11) puts stages 1 and 2 across two units each: 2 + 2 = 4."""
+    world = grid.world
+    dpn, tp = topo.devices_per_node, grid.tp
+    if tp > dpn or dpn % tp:
+        return list(range(world))
+    s = dpn // tp
+    per_stage = grid.cp * grid.dp
+    if per_stage % s:
+        return list(range(world))
+    G = per_stage // s
+    where = _pack([(st, G) for st in range(grid.pp)], list(range(topo.nodes)), topo.placement_levels())
+    out = [0] * world
+    for r in range(world):
+        c = grid.coords(r)
+        k, slot = divmod(c["cp_rank"] + grid.cp * c["dp_rank"], s)
+        out[r] = where[c["stage"]][k] * dpn + slot * tp + c["tp_rank"]
+    return out
+
+
+def _pack(items: list, nodes: list, levels: list) -> dict:
+    """key -> its nodes, for items [(key, number of nodes)] in order, over `nodes` nested in
+    `levels` (per level, the container of every node; coarsest first). See `topology_aware`."""
+    if not levels:
+        out, pos = {}, 0
+        for key, size in items:
+            out.setdefault(key, []).extend(nodes[pos:pos + size])
+            pos += size
+        return out
+    level = levels[0]
+    members: dict = {}
+    for n in nodes:
+        members.setdefault(level[n], []).append(n)
+    order = list(members)
+    if len(order) == 1:
+        return _pack(items, nodes, levels[1:])
+    free = {c: len(members[c]) for c in order}
+    placed: dict = {c: [] for c in order}
+    split = []
+    for key, size in items:
+        for c in order:
+            if free[c] >= size:
+                placed[c].append((key, size))
+                free[c] -= size
+                break
+        else:
+            split.append((key, size))
+    rank = {c: i for i, c in enumerate(order)}
+    for key, size in split:
+        left = size
+        while left:
+            c = max(order, key=lambda x: (free[x], -rank[x]))
+            take = min(left, free[c])
+            placed[c].append((key, take))
+            free[c] -= take
+            left -= take
+    out: dict = {}
+    for c in order:
+        for key, ns in _pack(placed[c], members[c], levels[1:]).items():
+            out.setdefault(key, []).extend(ns)
     return out
 
 
