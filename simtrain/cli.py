@@ -88,13 +88,13 @@ def cmd_run(args) -> int:
 def cmd_check(args) -> int:
     from simtrain.simulate import comm_buffers, static_memory
     from simtrain.workload import build_workload
-    from simtrain.devices import get_device
+    from simtrain.devices import device_of
     from simtrain.schedules import schedule_for
     sc, topo = _load(args)
     p = sc.parallel
     sched = schedule_for(p, sc.num_microbatches)
     work = build_workload(sc, sched.num_stages)
-    dev = get_device(sc.cluster.device)
+    dev = device_of(sc.cluster)
     lp = work[0].layer_params
     print(f"{args.scenario}: ok")
     print(f"  model {sc.model.name} ({sc.model.architecture}), {sc.world_size} ranks = tp {p.tp} x cp {p.cp} x dp {p.dp} x pp {p.pp}, "
@@ -226,6 +226,26 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("scenario")
     c.add_argument("--set", action="append", metavar="KEY.PATH=VALUE")
     c.set_defaults(fn=cmd_check)
+    b = sub.add_parser("bench", help="measure GEMMs, attention, memory-bound ops or collectives on this machine (needs torch)")
+    b.add_argument("-o", "--out", type=Path, required=True, metavar="FILE", help="calibration file to write (YAML)")
+    b.add_argument("--for", dest="for_scenario", metavar="SCENARIO", help="measure exactly the operator shapes this scenario runs")
+    b.add_argument("--device", choices=("auto", "cuda", "mlu", "cpu"), default="auto")
+    b.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
+    b.add_argument("--collectives", action="store_true",
+                   help="measure collectives instead; start one process per device: torchrun --nproc_per_node N -m simtrain bench --collectives -o F")
+    b.add_argument("--min-bytes", type=int, default=2 ** 20)
+    b.add_argument("--max-bytes", type=int, default=2 ** 30)
+    b.add_argument("--warmup", type=int, default=5)
+    b.add_argument("--reps", type=int, default=20)
+    b.add_argument("--tiny", action="store_true", help="a grid of a few small shapes (seconds on a CPU; for testing the workflow)")
+    b.add_argument("--quiet", action="store_true")
+    b.set_defaults(fn=lambda a: __import__("simtrain.calibration.bench", fromlist=["main"]).main(a))
+    cal = sub.add_parser("calibrate", help="turn bench files, nccl-tests logs and profiler traces into a device profile")
+    cal.add_argument("files", nargs="+", metavar="FILE")
+    cal.add_argument("--device", required=True, metavar="NAME", help="name of the profile (e.g. h100-mycluster)")
+    cal.add_argument("--base", required=True, metavar="PRESET", help="the device preset it refines (simtrain list devices)")
+    cal.add_argument("-o", "--out", type=Path, required=True, metavar="PROFILE.yaml")
+    cal.set_defaults(fn=lambda a: __import__("simtrain.calibration.fit", fromlist=["main"]).main(a))
     lst = sub.add_parser("list", help="list shipped devices, topologies, schedules, collectives, models")
     lst.add_argument("what", choices=("devices", "topologies", "schedules", "collectives", "models"))
     lst.set_defaults(fn=cmd_list)
@@ -234,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    args.command_line = " ".join(["simtrain"] + list(sys.argv[1:] if argv is None else argv))
     try:
         return args.fn(args)
     except SimtrainError as e:

@@ -10,6 +10,7 @@ another precision, is recorded in `coverage` and reported with the result.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 from simtrain.devices import Device, gemm_class
@@ -34,10 +35,16 @@ class CalibratedRoofline:
         self._outside: dict = {}      # (what, lo, hi) -> [min size, max size, count]
         self._cache: dict = {}
         cls = gemm_class(precision)
-        if cls not in device.gemm:
+        if cls not in device.gemm and cls not in dict(device.gemm_shapes):
             # e.g. fp8 requested on a device whose fp8 GEMMs were never measured
             self.notes.add(f"{device.key}: no {precision} GEMM measurement; using the 16-bit curve relative to the {precision} peak")
-        for c in device.gemm.values():
+        measured = dict(device.gemm_shapes)
+        if device.profile:
+            self.notes.add(f"{device.key}: costs from the measured profile {Path(device.profile).name}; "
+                           "what it does not measure comes from its base preset")
+        for cls_, c in device.gemm.items():
+            if cls_ in measured:
+                continue
             if c.origin != device.key:
                 self.notes.add(f"{device.key}: {('fp8' if c is device.gemm.get('fp8') else '16-bit')} GEMM efficiency borrowed from {c.origin} measurements")
         if device.mem_origin != device.key:
@@ -68,7 +75,13 @@ class CalibratedRoofline:
         return out
 
     def memory_time(self, nbytes: float) -> float:
-        return nbytes / (self.dev.memory_bw * self.dev.mem_efficiency)
+        curve = self.dev.mem_curve
+        if curve is None:
+            return nbytes / (self.dev.memory_bw * self.dev.mem_efficiency)
+        eff, inside = curve.at(max(nbytes, 1.0))
+        if not inside:
+            self._note_outside("memory-bound op size (bytes) outside the measured", curve, nbytes)
+        return nbytes / (self.dev.memory_bw * eff)
 
     def _duration(self, op: Op) -> float:
         dev = self.dev
@@ -76,6 +89,13 @@ class CalibratedRoofline:
             return self.memory_time(op.bytes)
         if op.kind == "gemm":
             m, n, k = op.shape
+            shaped = dict(dev.gemm_shapes).get(gemm_class(self.matmul_dtype))
+            if shaped is not None:
+                eff, inside = shaped.at_shape(m, n, k)
+                if not inside:
+                    self._note_outside("GEMM shape outside the measured", _Span(shaped), (m * n * k) ** (1 / 3))
+                peak = dev.peak(self.matmul_dtype if self.matmul_dtype in dev.peak_flop_per_s else self.vector_dtype)
+                return max(op.flops / (peak * eff), self.memory_time(op.bytes))
             curve = dev.gemm.get(gemm_class(self.matmul_dtype), dev.gemm["16bit"])
             size = (max(m, 1.0) * max(n, 1.0) * max(k, 1.0)) ** (1.0 / 3.0)
             eff, inside = curve.at(size)
@@ -92,3 +112,12 @@ class CalibratedRoofline:
                 self._note_outside(f"FlashAttention sequence length outside the measured {dev.flash.origin} sweep", dev.flash, seq)
             return op.flops / (dev.peak(self.vector_dtype) * eff)
         raise ValueError(f"unknown op kind {op.kind}")
+
+
+class _Span:
+    """The measured size range of a ShapeCurve, in the cube root of m·n·k, for coverage notes."""
+
+    def __init__(self, shaped):
+        xs = [x for _, pts in shaped.levels for x, _ in pts]
+        side = lambda x: (2 ** x / 2) ** (1 / 3)
+        self.points = ((side(min(xs)), 0.0), (side(max(xs)), 0.0))

@@ -20,8 +20,9 @@ DATA = Path(__file__).parent / "data"
 
 
 def gemm_class(dtype: str) -> str:
-    """GEMM curves are kept per precision class: 16-bit (fp16/bf16 share tensor-core rates) or fp8."""
-    return "fp8" if dtype == "fp8" else "16bit"
+    """GEMM curves are kept per precision class: 16-bit (fp16/bf16 share tensor-core rates), fp8,
+    or 32-bit (fp32/tf32, which a training step's matmuls do not use)."""
+    return {"fp8": "fp8", "fp32": "32bit", "tf32": "32bit"}.get(dtype, "16bit")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,72 @@ class Curve:
 
 
 @dataclass(frozen=True)
+class ShapeCurve:
+    """GEMM efficiency over measured (m, n, k) shapes, interpolated in x = log2 FLOPs and
+    y = log2 arithmetic intensity (FLOPs per byte of A, B and C).
+
+    Measured shapes are grouped into intensity levels (equal y); inside a level the efficiency is
+    piecewise linear in x, between the two levels that bracket a query it is linear in y. So a
+    measured shape gets exactly its measured efficiency, and along a level the result is
+    monotone wherever the measurements are. Outside the measured x range of a level, or the y
+    range of all levels, the nearest measured value is used and the lookup is reported.
+    Example: levels y = 6 {x 20: 0.4, x 30: 0.8} and y = 8 {x 20: 0.5, x 30: 0.9}; the query
+    (x 25, y 7) is 0.6 on level 6 and 0.7 on level 8, so 0.65.
+    """
+    levels: tuple        # ((y, ((x, eff), ...)), ...) sorted by y, points sorted by x
+    origin: str
+    source: str
+    esize: float         # bytes per element the intensities were computed with
+
+    @staticmethod
+    def from_points(points, peak: float, esize: float, origin: str, source: str) -> "ShapeCurve":
+        by_y: dict = {}
+        for m, n, k, flops_per_s in points:
+            x, y = ShapeCurve.coords(m, n, k, esize)
+            by_y.setdefault(round(y, 6), {})[round(x, 9)] = flops_per_s / peak
+        levels = tuple((y, tuple(sorted(pts.items()))) for y, pts in sorted(by_y.items()))
+        return ShapeCurve(levels, origin, source, esize)
+
+    @staticmethod
+    def coords(m, n, k, esize) -> tuple:
+        flops = 2.0 * m * n * k
+        return math.log2(flops), math.log2(flops / (esize * (m * k + k * n + m * n)))
+
+    @staticmethod
+    def _along(pts, x) -> tuple:
+        for px, e in pts:             # a measured point (stored rounded to 1e-9)
+            if abs(x - px) < 1e-9:
+                return e, True
+        if x <= pts[0][0]:
+            return pts[0][1], x >= pts[0][0] - 1e-9
+        if x >= pts[-1][0]:
+            return pts[-1][1], x <= pts[-1][0] + 1e-9
+        for (x0, e0), (x1, e1) in zip(pts, pts[1:]):
+            if x0 <= x <= x1:
+                return e0 + (e1 - e0) * (x - x0) / (x1 - x0), True
+        raise AssertionError("unreachable")
+
+    def at_shape(self, m, n, k) -> tuple[float, bool]:
+        x, y = self.coords(max(m, 1.0), max(n, 1.0), max(k, 1.0), self.esize)
+        lv = self.levels
+        for ly, pts in lv:            # on a measured level (levels are stored rounded to 1e-6)
+            if abs(y - ly) < 1e-6:
+                return self._along(pts, x)
+        if y <= lv[0][0] or len(lv) == 1:
+            e, inside = self._along(lv[0][1], x)
+            return e, inside and abs(y - lv[0][0]) < 1e-6
+        if y >= lv[-1][0]:
+            e, inside = self._along(lv[-1][1], x)
+            return e, inside and abs(y - lv[-1][0]) < 1e-6
+        for (y0, p0), (y1, p1) in zip(lv, lv[1:]):
+            if y0 <= y <= y1:
+                e0, i0 = self._along(p0, x)
+                e1, i1 = self._along(p1, x)
+                return e0 + (e1 - e0) * (y - y0) / (y1 - y0), i0 and i1
+        raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
 class Device:
     key: str
     name: str
@@ -67,6 +134,10 @@ class Device:
     mem_efficiency: float
     mem_origin: str
     flash: Curve | None            # size = sequence length
+    gemm_shapes: tuple = ()        # ((gemm_class, ShapeCurve), ...) from a measured profile
+    mem_curve: Curve | None = None # memory-bound efficiency by bytes moved, from a measured profile
+    profile: str = ""              # the profile file this device comes from, if any
+    collectives: tuple = ()        # measured collective sweeps of the profile (dicts)
 
     def peak(self, dtype: str) -> float:
         return self.peak_flop_per_s[dtype]
@@ -133,3 +204,77 @@ def get_device(key: str) -> Device:
 def describe(key: str) -> str:
     d = _raw()[key]
     return f"{key:16s} {d['name']} — {d['source']}"
+
+
+REPO_PROFILES = DATA / "profiles"
+ESIZE = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
+
+
+def find_profile(ref: str, scenario_dir: Path | None) -> Path | None:
+    """A profile named by a path (relative to the scenario or the current directory) or by the
+    name of a shipped one (simtrain/data/profiles/NAME.yaml)."""
+    p = Path(ref)
+    for c in ([scenario_dir / p] if scenario_dir is not None else []) + [Path.cwd() / p, REPO_PROFILES / p.name,
+                                                                        REPO_PROFILES / f"{ref}.yaml"]:
+        if c.is_file():
+            return c
+    return None
+
+
+@lru_cache(maxsize=None)
+def load_profile(path: str) -> Device:
+    """A device from a profile written by `simtrain calibrate` (schema simtrain-profile/1): the
+    base preset, with every measured curve of the profile in place of the preset's."""
+    import dataclasses
+    from simtrain.errors import Collector
+    errs = Collector(path)
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        errs.add("", f"not a YAML profile ({e})", "give a file written by simtrain calibrate")
+        errs.raise_if_any()
+    if not isinstance(doc, dict) or doc.get("schema") != "simtrain-profile/1":
+        errs.add("schema", "not a simtrain device profile (schema simtrain-profile/1)", "give a file written by simtrain calibrate")
+        errs.raise_if_any()
+    if doc.get("base") not in preset_names():
+        errs.add("base", f"unknown base preset {doc.get('base')!r}", f"use one of: {', '.join(preset_names())}")
+        errs.raise_if_any()
+    base = get_device(doc["base"])
+    key = str(doc.get("device") or Path(path).stem)
+    gemm, shapes = dict(base.gemm), []
+    for i, g in enumerate(doc.get("gemm") or []):
+        dt = g.get("dtype")
+        peak = base.peak_flop_per_s.get(dt)
+        pts = g.get("points") or []
+        if peak is None:
+            errs.add(f"gemm[{i}].dtype", f"{base.key} has no {dt} peak to compare the measurement with", "measure a dtype the base preset has")
+            continue
+        if not pts:
+            errs.add(f"gemm[{i}].points", "empty", "give at least one measured shape")
+            continue
+        sc = ShapeCurve.from_points([(p["m"], p["n"], p["k"], p["tflops"] * 1e12) for p in pts], peak, ESIZE.get(dt, 2.0),
+                                    key, str(g.get("source", "")))
+        shapes.append((gemm_class(dt), sc))
+    mem_curve = base_mem = None
+    mb = doc.get("memory_bound")
+    if mb and mb.get("points"):
+        mem_curve = Curve(tuple(sorted((float(p["bytes"]), p["bandwidth_GBps"] * 1e9 / base.memory_bw) for p in mb["points"])),
+                          key, str(mb.get("source", "")))
+        base_mem = max(e for _, e in mem_curve.points)
+    flash = base.flash
+    fa = doc.get("flash_attention")
+    if fa and fa.get("points"):
+        peak16 = base.peak_flop_per_s.get("bf16", base.peak_flop_per_s.get("fp16"))
+        flash = Curve(tuple(sorted((float(p["seq"]), p["tflops"] * 1e12 / peak16) for p in fa["points"])), key, str(fa.get("source", "")))
+    errs.raise_if_any()
+    return dataclasses.replace(
+        base, key=key, name=f"{base.name} (profile {Path(path).name})", gemm=gemm, gemm_shapes=tuple(shapes),
+        mem_curve=mem_curve, mem_efficiency=base_mem if base_mem is not None else base.mem_efficiency,
+        mem_origin=key if mem_curve is not None else base.mem_origin, flash=flash, profile=str(path),
+        collectives=tuple(doc.get("collectives") or ()))
+
+
+def device_of(cluster) -> Device:
+    """The scenario's device: its profile when it names one, else the preset."""
+    prof = getattr(cluster, "device_profile", "")
+    return load_profile(prof) if prof else get_device(cluster.device)

@@ -63,6 +63,7 @@ PARALLEL = {
 
 CLUSTER = {
     "device": ("str", True, None),
+    "device_profile": ("str?", False, None),
     "topology": ("str", True, None),
     "nodes": ("posint", True, None),
 }
@@ -227,6 +228,20 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
     topo = None
     if cluster and cluster.get("device") is not None and cluster["device"] not in devices.preset_names():
         errs.add("cluster.device", f"unknown device {cluster['device']!r}", f"use one of: {', '.join(devices.preset_names())}")
+    if cluster and cluster.get("device_profile"):
+        pfile = devices.find_profile(cluster["device_profile"], base)
+        if pfile is None:
+            errs.add("cluster.device_profile", f"profile {cluster['device_profile']!r} not found (looked beside the scenario, in the current directory and in the shipped profiles)",
+                     "give the path of a file written by simtrain calibrate")
+        else:
+            try:
+                dev = devices.load_profile(str(pfile.resolve()))
+                cluster["device_profile"] = str(pfile.resolve())
+                if cluster.get("device") in devices.preset_names() and devices.get_device(cluster["device"]).key != _base_of(pfile):
+                    errs.add("cluster.device_profile", f"the profile refines {_base_of(pfile)}, not cluster.device {cluster['device']}",
+                             f"set cluster.device: {_base_of(pfile)} or use a profile of {cluster['device']}")
+            except ConfigError as e:
+                errs.problems.extend(e.problems)
     if cluster and cluster.get("topology"):
         tfile = find_topology_file(cluster["topology"], base)
         if tfile is None:
@@ -261,10 +276,15 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
         name=name, model=ModelSpec(**model), training=TrainingSpec(**training),
         parallel=ParallelSpec(**parallel, layers_per_stage=tuple(lps) if lps is not None else None,
                               device_of_rank=tuple(dor) if dor is not None else None),
-        cluster=ClusterSpec(device=cluster["device"], topology_file=cluster["topology"], nodes=cluster["nodes"]),
+        cluster=ClusterSpec(device=cluster["device"], topology_file=cluster["topology"], nodes=cluster["nodes"],
+                            device_profile=cluster.get("device_profile") or ""),
         network=NetworkSpec(**network), seed=seed, source_file=str(path),
     )
     return sc, topo
+
+
+def _base_of(profile: Path) -> str:
+    return str((yaml.safe_load(profile.read_text()) or {}).get("base"))
 
 
 def _schedule_defs() -> dict:

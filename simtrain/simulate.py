@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from simtrain import engine
 from simtrain.costs import CalibratedRoofline
-from simtrain.devices import get_device
+from simtrain.devices import device_of
 from simtrain.parallel import RankGrid, equivalence_classes, placement_of
 from simtrain.program import Lowering
 from simtrain.results import attribute, KINDS
@@ -101,7 +101,7 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
     """`costs` replaces the calibrated compute cost model (any ComputeCostModel)."""
     t0 = time.perf_counter()
     p = sc.parallel
-    dev = get_device(sc.cluster.device)
+    dev = device_of(sc.cluster)
     m = sc.num_microbatches
     sched = schedule_for(p, m)
     work = build_workload(sc, sched.num_stages)

@@ -63,6 +63,7 @@ class ClusterSpec:
     device: str
     topology_file: str
     nodes: int
+    device_profile: str = ""       # a measured profile (simtrain calibrate) refining the device preset
 
 
 @dataclass(frozen=True)
