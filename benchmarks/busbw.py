@@ -72,7 +72,55 @@ def main() -> int:
         print(f"  mean |error| {100 * mean:.1f} %, {within} of {len(errs)} sizes within 15 %")
         worst.append((e["id"], mean))
     print("\nmean |error| per sweep: " + ", ".join(f"{i} {100 * m:.1f} %" for i, m in worst))
+    calibrated()
     return 0
+
+
+# Sweeps measured on the same kind of fabric: a profile calibrated on one predicts the other
+# (H100 and H200 share NVLink4 / NVSwitch gen 3). A100 and the multi-node clusters have no second
+# sweep of the same collective on the same fabric, so they cannot be predicted out of sample.
+SAME_FABRIC = {"nccl_vp_h100_1node_allreduce": "nccl_azure_ndh200v5_allreduce",
+               "nccl_azure_ndh200v5_allreduce": "nccl_vp_h100_1node_allreduce"}
+
+
+def table_of(e: dict) -> dict:
+    """A profile's collective table built from one sweep, as simtrain calibrate builds it."""
+    from simtrain.calibration.fit import fit_alpha_beta
+    n = e["n_gpus"]
+    f = FACTOR[e["collective"]](n)
+    pts = [(r["bytes"], r["busbw_GBps"]) for r in e["data"] if r.get("busbw_GBps")]
+    alpha, peak = fit_alpha_beta([(b * f, b * f / (bw * 1e9)) for b, bw in pts])
+    return {"collective": e["collective"], "ranks": n, "nodes": e["n_nodes"], "alpha_us": alpha * 1e6,
+            "peak_busbw_GBps": peak / 1e9, "points": [{"bytes": b, "busbw_GBps": bw} for b, bw in pts]}
+
+
+def calibrated() -> None:
+    """Out of sample: each sweep predicted from the profile table of the other sweep on the same fabric."""
+    from simtrain.collectives import measured_cost
+    by_id = {e["id"]: (e, t) for e, t in sweeps()}
+    print("\ncalibrated, out of sample (table measured on the same fabric, another system):")
+    for target, source in SAME_FABRIC.items():
+        if target not in by_id or source not in by_id:
+            continue
+        e, tname = by_id[target]
+        n, nodes, coll = e["n_gpus"], e["n_nodes"], e["collective"]
+        topo = load_topology(REPO_TOPOLOGIES / f"{tname}.yaml", nodes)
+        group = [node * topo.devices_per_node + j for node in range(nodes) for j in range(n // nodes)]
+        shape = group_shape(group, topo)
+        table = (table_of(by_id[source][0]),)
+        errs = []
+        line = []
+        for row in e["data"]:
+            if row["bytes"] < 2**20:
+                continue
+            cost, _ = measured_cost(coll, row["bytes"], shape, table)
+            bw = row["bytes"] / cost.seconds * FACTOR[coll](n) / 1e9
+            err = bw / row["busbw_GBps"] - 1
+            errs.append(abs(err))
+            line.append(f"{row['bytes'] / 2**20:.0f}Mi {100 * err:+.1f}%")
+        print(f"  {target} from {source}: mean |error| {100 * sum(errs) / len(errs):.1f} %, worst {100 * max(errs):.1f} %, "
+              f"{sum(1 for x in errs if x <= 0.15)} of {len(errs)} within 15 %")
+        print("    " + ", ".join(line))
 
 
 if __name__ == "__main__":

@@ -274,11 +274,54 @@ def with_protocol(algorithm: str, family: str, coll: str, protocol: str, up: int
     return Cost(algorithm, protocol, lat, t / BW_FACTOR[family][protocol])
 
 
+def measured_cost(coll: str, n: float, g: GroupShape, tables: tuple) -> tuple | None:
+    """(Cost, note) from a device profile's measured collective tables (simtrain calibrate), or
+    None without a table for this collective on this side of the node boundary.
+
+    The table of the same collective that matches the group best (same node count, then same
+    rank count) gives the bus bandwidth at n, interpolated linearly in log size and log busbw
+    between the measured sizes; the time is n x the group's own bus factor / busbw (bus bandwidth
+    is what nccl-tests makes comparable across rank counts). Outside the measured sizes the
+    table's fitted alpha/beta is used, and the note says so; a group of another size than the
+    table's says so too."""
+    cands = [t for t in tables if t.get("collective") == coll and (t.get("nodes", 1) > 1) == g.spans_nodes and t.get("points")]
+    if not cands:
+        return None
+    t = min(cands, key=lambda t: (abs(t.get("nodes", 1) - g.nodes), abs(t["ranks"] - g.size), t["ranks"]))
+    pts = sorted((p["bytes"], p["busbw_GBps"] * 1e9) for p in t["points"] if p["busbw_GBps"] > 0)
+    f = _factor(coll, g.size) if coll != "all_to_all" else (g.size - 1) / g.size
+    note = None
+    if pts and pts[0][0] <= n <= pts[-1][0]:
+        for (x0, b0), (x1, b1) in zip(pts, pts[1:] or pts):
+            if x0 <= n <= x1:
+                w = 0.0 if x1 == x0 else (math.log(n) - math.log(x0)) / (math.log(x1) - math.log(x0))
+                bus = math.exp(math.log(b0) + w * (math.log(b1) - math.log(b0)))
+                break
+        seconds = n * f / bus
+    else:
+        alpha = t.get("alpha_us", 0.0) * 1e-6
+        peak = (t.get("peak_busbw_GBps") or 0) * 1e9 or (pts[-1][1] if pts else 0.0)
+        seconds = alpha + n * f / peak
+        note = f"{coll} of {n:.0f} B outside the measured sizes {pts[0][0]:.0f}..{pts[-1][0]:.0f}: fitted alpha/beta used"
+    if (t["ranks"], t.get("nodes", 1)) != (g.size, g.nodes):
+        extra = f"{coll} over {g.size} ranks on {g.nodes} node(s) timed with the table measured on {t['ranks']} ranks on {t.get('nodes', 1)} node(s)"
+        note = f"{note}; {extra}" if note else extra
+    return Cost("measured", "measured", 0.0, seconds), note
+
+
 def choose(coll: str, n: float, g: GroupShape, topo: Topology, algorithm: str = "auto",
-           protocol: str = "auto") -> Cost:
-    """The fastest (algorithm, protocol) among those allowed; ties go to the first registered."""
+           protocol: str = "auto", measured: tuple = (), notes: set | None = None) -> Cost:
+    """The fastest (algorithm, protocol) among those allowed; ties go to the first registered.
+    With `measured` tables (a calibrated device profile) and `auto`, the measurement is used
+    where one exists for the collective; `notes` collects what the lookup had to stretch."""
     if g.size <= 1 or n <= 0:
         return Cost("none", "none", 0.0, 0.0)
+    if measured and algorithm == "auto" and protocol == "auto":
+        hit = measured_cost(coll, n, g, measured)
+        if hit is not None:
+            if hit[1] and notes is not None:
+                notes.add(hit[1])
+            return hit[0]
     algos = [n for n, a in ALGORITHMS.items() if a.tuned] if algorithm == "auto" else [algorithm]
     protos = PROTOCOLS if protocol == "auto" else (protocol,)
     best = None

@@ -84,6 +84,9 @@ class Lowering:
         tokens = t.micro_batch_size * sc.model.seq_length
         self.pp_msg = ACT_BYTES * tokens * sc.model.hidden_size / (p.tp if p.sequence_parallel and p.tp > 1 else 1)
         self.network = sc.network
+        # measured collective tables of a calibrated device profile (analytical backend)
+        self.measured = getattr(getattr(costs, "dev", None), "collectives", ()) or ()
+        self.comm_notes: set = set()
         self.chosen: dict = {}       # (kind, collective, bytes, group shape) -> collectives.Cost
         self._seg_cache: dict = {}
         self._coll_cache: dict = {}
@@ -118,7 +121,7 @@ class Lowering:
             if dur is None:
                 net = self.network
                 pick = choose(comm.collective, comm.size_bytes, shape, self.topo,
-                              net.algorithm_for(comm.collective), net.protocol)
+                              net.algorithm_for(comm.collective), net.protocol, self.measured, self.comm_notes)
                 dur = self._coll_cache[key] = pick.seconds
                 self.chosen[(comm.kind, comm.collective, comm.size_bytes, shape)] = pick
         op = self._new(c, stream=comm.kind, kind="coll", category=comm.kind, duration=dur,

@@ -180,7 +180,7 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
         "memory": memory,
         "simulated_classes": len(classes),
         "simulated_ops": len(ops),
-        "coverage": sorted(costs.coverage),
+        "coverage": sorted(costs.coverage | {f"{dev.key}: {n}" for n in low.comm_notes}),
     }
     result["collectives"] = collectives_section(low)
     series = None

@@ -123,3 +123,21 @@ def test_all_to_all_is_limited_by_one_nic_share_across_nodes(plain_topology):
     t = (8.4 + 3 * 3.4 + 4 * 14.0) * US + max(3 / 8 * n / 100e9, 4 / 8 * n / 10e9)
     assert collective_time("all_to_all", n, g, topo, "pairwise", "Simple") == pytest.approx(t, rel=1e-12)
     assert math.isclose(collective_time("all_to_all", n, g, topo), choose("all_to_all", n, g, topo).seconds)
+
+
+def test_measured_table_is_interpolated_in_log_size_and_log_busbw():
+    """A profile table (8 ranks, 1 node): busbw 100 GB/s at 1 MiB and 400 GB/s at 4 MiB. At 2 MiB,
+    halfway in log size, busbw is the geometric mean 200 GB/s, so an all-reduce over 8 ranks takes
+    2 MiB x 14/8 / 200 GB/s. Beyond the table the fitted alpha/beta is used and said so; another
+    group size is said so too; a group across nodes finds no table (the model is used)."""
+    from simtrain.collectives import measured_cost
+    table = ({"collective": "all_reduce", "ranks": 8, "nodes": 1, "alpha_us": 5.0, "peak_busbw_GBps": 450.0,
+              "points": [{"bytes": 2 ** 20, "busbw_GBps": 100.0}, {"bytes": 2 ** 22, "busbw_GBps": 400.0}]},)
+    g = GroupShape(size=8, nodes=1, per_node=8, uniform=True, leaves=1)
+    c, note = measured_cost("all_reduce", 2 ** 21, g, table)
+    assert c.seconds == pytest.approx(2 ** 21 * 14 / 8 / 200e9, rel=1e-12) and note is None
+    c, note = measured_cost("all_reduce", 2 ** 30, g, table)
+    assert c.seconds == pytest.approx(5e-6 + 2 ** 30 * 14 / 8 / 450e9, rel=1e-12) and "outside the measured" in note
+    _, note = measured_cost("all_reduce", 2 ** 21, GroupShape(4, 1, 4, True, 1), table)
+    assert "measured on 8 ranks" in note
+    assert measured_cost("all_reduce", 2 ** 21, GroupShape(16, 2, 8, True, 1), table) is None
