@@ -113,13 +113,23 @@ def register(name: str, family: str, collectives: tuple, source: str, tuned: boo
     return deco
 
 
-def _up(topo: Topology) -> float:
-    link = topo._link_by_class("scale_up")
+def _up(topo: Topology, g: GroupShape | None = None) -> float:
+    """Per-rank bandwidth inside a scale-up domain (a domain spanning hosts: its host-to-host link)."""
+    link = topo._link_by_class("domain" if g is not None and g.span == "domain" else "scale_up")
     return link.bw * link.efficiency
 
 
-def _net(topo: Topology, leaves: int) -> float:
-    link = topo._link_by_class("spine" if leaves > 1 else "leaf")
+def _net_class(g: GroupShape) -> str:
+    """The link class of the group's widest scale-out hop: the topology's span class where it is
+    one of the wide ones (spine, core, cross-plane), else leaf or spine by the leaves spanned."""
+    span = g.span or ""
+    if span in ("spine", "core") or span.startswith("pxn_"):
+        return span
+    return "spine" if g.leaves > 1 else "leaf"
+
+
+def _net(topo: Topology, leaves: int, g: GroupShape | None = None) -> float:
+    link = topo._link_by_class(_net_class(g) if g is not None else ("spine" if leaves > 1 else "leaf"))
     return link.bw * link.efficiency
 
 
@@ -128,11 +138,11 @@ def _params(topo: Topology) -> dict:
 
 
 def _ring_bw(g: GroupShape, topo: Topology) -> float:
-    b_up = _up(topo)
+    b_up = _up(topo, g)
     if not g.spans_nodes:
         return b_up
     k = g.min_per_node or g.per_node
-    b_net = _net(topo, g.leaves)
+    b_net = _net(topo, g.leaves, g)
     return min(b_up, k * b_net) if k > 1 else b_net
 
 
@@ -169,8 +179,8 @@ def _halving_doubling(coll, n, g, topo):
     if p & (p - 1) or not g.uniform or (g.spans_nodes and g.per_node & (g.per_node - 1)):
         return None
     k = g.per_node if g.spans_nodes else p
-    b_up = _up(topo)
-    b_net = _net(topo, g.leaves) if g.spans_nodes else b_up
+    b_up = _up(topo, g)
+    b_net = _net(topo, g.leaves, g) if g.spans_nodes else b_up
     up = net = 0
     t = 0.0
     for s in range(p.bit_length() - 1):          # partner distance p/2^(s+1), members node by node
@@ -192,7 +202,7 @@ def _hierarchical(coll, n, g, topo):
     if not g.spans_nodes or g.per_node == 1 or not g.uniform:
         return None
     k, N = g.per_node, g.nodes
-    b_up, b_net = _up(topo), _net(topo, g.leaves)
+    b_up, b_net = _up(topo, g), _net(topo, g.leaves, g)
     intra = (k - 1) / k * n / b_up
     inter_t = _factor(coll, N) * (n / k) / b_net
     inter = _ring_steps(coll, N)
@@ -215,7 +225,7 @@ def _nvls_tree(coll, n, g, topo):
     if not eff or not g.spans_nodes or not g.uniform:
         return None
     intra = n / (topo._link_by_class("scale_up").bw * eff)
-    inter = 2 * n / (g.per_node * _net(topo, g.leaves))
+    inter = 2 * n / (g.per_node * _net(topo, g.leaves, g))
     return 1, 2 * math.ceil(math.log2(g.nodes)), max(intra, inter)
 
 
@@ -223,9 +233,9 @@ def _nvls_tree(coll, n, g, topo):
 def _pairwise(coll, n, g, topo):
     p = g.size
     if not g.spans_nodes:
-        return p - 1, 0, (p - 1) / p * n / _up(topo)
+        return p - 1, 0, (p - 1) / p * n / _up(topo, g)
     k = g.per_node
-    t = max((k - 1) / p * n / _up(topo), (p - k) / p * n / _net(topo, g.leaves))
+    t = max((k - 1) / p * n / _up(topo, g), (p - k) / p * n / _net(topo, g.leaves, g))
     return k - 1, p - k, t
 
 
@@ -233,9 +243,9 @@ def _pairwise(coll, n, g, topo):
 def _direct(coll, n, g, topo):
     p = g.size
     if not g.spans_nodes:
-        return 1, 0, (p - 1) / p * n / _up(topo)
+        return 1, 0, (p - 1) / p * n / _up(topo, g)
     k = g.per_node
-    return 0, 1, max((k - 1) / p * n / _up(topo), (p - k) / p * n / _net(topo, g.leaves))
+    return 0, 1, max((k - 1) / p * n / _up(topo, g), (p - k) / p * n / _net(topo, g.leaves, g))
 
 
 def steps(coll: str, n: float, g: GroupShape, topo: Topology, algorithm: str) -> tuple | None:

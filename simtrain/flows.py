@@ -30,8 +30,6 @@ import math
 import zlib
 from dataclasses import dataclass
 
-import networkx as nx
-
 from simtrain.collectives import PROTOCOLS, Cost, steps, with_protocol
 
 

@@ -367,11 +367,12 @@ def _check_stages(p, L, training, errs: Collector) -> None:
 
 def _check_placement(p, errs: Collector) -> None:
     pol, dor = p.get("placement"), p.get("device_of_rank")
-    if isinstance(pol, str) and pol not in ("megatron", "random", "scattered"):
+    from simtrain.parallel import POLICIES
+    if isinstance(pol, str) and pol not in POLICIES:
         dims = pol.split("-")
         if sorted(dims) != ["cp", "dp", "pp", "tp"]:
             errs.add("parallel.placement", f"{pol!r} is not a placement policy",
-                     "use megatron, scattered, random, or an order of tp, cp, dp, pp such as `dp-tp-cp-pp` (first varies fastest over devices)")
+                     "use megatron, scattered, random, topology_aware, or an order of tp, cp, dp, pp such as `dp-tp-cp-pp` (first varies fastest over devices)")
     if dor is not None and pol not in (None, "megatron"):
         errs.add("parallel.device_of_rank", f"given together with placement {pol!r}",
                  "keep one: an explicit device_of_rank list or a placement policy")

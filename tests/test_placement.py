@@ -123,3 +123,26 @@ def test_rail_optimized_spine_class_crosses_the_spine(tmp_path):
     """), 4)
     link = topo.link(0, 8)
     assert link.name == "spine" and link.bw == pytest.approx(5e9) and link.latency == pytest.approx(7e-6)
+
+
+def test_topology_aware_placement_is_accepted_in_a_scenario(tmp_path):
+    """The policy loads through the scenario and gives a permutation that keeps each tp group
+    inside a node (tp 4 on 4-device nodes)."""
+    from conftest import small_scenario, write
+    from simtrain.loading import load_scenario
+    from simtrain.simulate import simulate
+    topo = write(tmp_path / "t.yaml", """
+        name: t
+        kind: two_tier
+        devices_per_node: 4
+        scale_up: {bandwidth: "100 GB/s", latency: "2 us"}
+        scale_out: {nics_per_node: 4, nic_bandwidth: "80 Gb/s", latency: "5 us", nodes_per_leaf: 2, oversubscription: 2}
+    """)
+    path = small_scenario(tmp_path, topo, parallel={"tp": 4, "pp": 2, "dp": 2, "placement": "topology_aware"}, nodes=4)
+    sc, t = load_scenario(path)
+    from simtrain.parallel import RankGrid, placement_of
+    grid = RankGrid(4, 1, 2, 2)
+    place = placement_of(sc, grid, t)
+    assert sorted(place) == list(range(16))
+    assert all(len({t.node_of(place[r]) for r in g}) == 1 for g in grid.groups("tp"))
+    assert simulate(sc, t).result["step_time_s"] > 0
