@@ -3,10 +3,12 @@
 Reads ../shared/data/vtrain/ground_truth_{multi,single}.csv (vTrain artifact, MICRO'24, MIT
 licence), simulates every run with the settings the artifact states (GPT, vocabulary 50,257,
 fp16, full activation recompute, 1F1B, gradient all-reduce after the backward pass, 8 A100 per
-node, 800 Gb/s per node) and prints MAPE and the worst case. Nothing is fitted to these runs:
-the device and fabric numbers come from operator and collective microbenchmarks.
+node, 800 Gb/s per node) with the shipped A100 profile and prints MAPE and the worst case, and
+with --table every run (config, measured, predicted, error). Nothing is fitted to the
+multi-node runs: the device and fabric numbers come from operator and collective
+microbenchmarks, and the profile's per-operator overhead from the single-node runs.
 
-    python benchmarks/vtrain_validation.py [--set multi|single|both] [--limit N] [--csv OUT.csv]
+    python benchmarks/vtrain_validation.py [--set multi|single|both] [--profile NAME|none] [--table] [--limit N] [--csv OUT.csv]
 """
 from __future__ import annotations
 
@@ -50,12 +52,14 @@ def scenario(r: dict) -> dict:
     }, float(r["iteration time (ms)"]) / 1e3, gpus
 
 
-def evaluate(name: str, limit: int | None):
+def evaluate(name: str, limit: int | None, profile: str | None = "a100-megatron-deepspeed"):
     out = []
     for i, r in enumerate(rows(name)):
         if limit and i >= limit:
             break
         raw, measured, gpus = scenario(r)
+        if profile:
+            raw["cluster"]["device_profile"] = profile
         if gpus < 8:
             # single-node runs on fewer than 8 GPUs: a node of `gpus` devices
             raw["cluster"]["nodes"] = 1
@@ -94,15 +98,22 @@ def main() -> int:
     ap.add_argument("--set", choices=("multi", "single", "both"), default="multi")
     ap.add_argument("--limit", type=int)
     ap.add_argument("--csv")
+    ap.add_argument("--profile", default="a100-megatron-deepspeed", help="device profile (a shipped name or a file); none: the preset")
+    ap.add_argument("--table", action="store_true", help="print every run")
     args = ap.parse_args()
+    profile = None if args.profile == "none" else args.profile
     if not DATA.is_dir():
         print(f"{DATA} not found: the vTrain reference data is not available here", file=sys.stderr)
         return 2
     sets = ("multi", "single") if args.set == "both" else (args.set,)
     all_rows = []
     for s in sets:
-        res = evaluate(s, args.limit)
+        res = evaluate(s, args.limit, profile)
         all_rows += [(s,) + r for r in res]
+        if args.table:
+            print(f"{'run':48s} {'measured':>10} {'predicted':>10} {'error':>8}")
+            for r in res:
+                print(f"{r[0]:48s} {r[2]:9.3f}s {r[3]:9.3f}s {100 * (r[3] - r[2]) / r[2]:+7.1f}%")
         errs = [r[4] for r in res]
         worst = max(res, key=lambda r: r[4])
         print(f"{s}: {len(res)} runs, MAPE {100 * sum(errs) / len(errs):.2f} %, median APE "

@@ -4,6 +4,8 @@
   gemm       max(flops / (peak[dtype] x gemm_eff(m,n,k)), bytes / (hbm_bw x mem_eff))
   attention  flops / (peak x flash_eff(seq))        (FlashAttention-2 measured fwd+bwd curve)
   memory     bytes / (hbm_bw x mem_eff)             (STREAM copy / datasheet bandwidth)
+plus, from a device profile, a fixed per-operator overhead (the host and launch cost of the
+software stack, e.g. eager Megatron-DeepSpeed), 0 for the presets.
 Efficiencies come from the device preset's measured curves (simtrain/data/devices.yaml). Every
 lookup that falls outside measured coverage, or rests on a curve borrowed from another device or
 another precision, is recorded in `coverage` and reported with the result.
@@ -42,6 +44,8 @@ class CalibratedRoofline:
         if device.profile:
             self.notes.add(f"{device.key}: costs from the measured profile {Path(device.profile).name}; "
                            "what it does not measure comes from its base preset")
+        if device.profile_status == "uncalibrated":
+            self.notes.add(f"{device.key}: the profile is uncalibrated (specifications only); run simtrain bench and simtrain calibrate on the device")
         for cls_, c in device.gemm.items():
             if cls_ in measured:
                 continue
@@ -57,7 +61,7 @@ class CalibratedRoofline:
     def duration(self, op: Op) -> float:
         d = self._cache.get(op)
         if d is None:
-            d = self._cache[op] = self._duration(op)
+            d = self._cache[op] = self._duration(op) + self.dev.op_overhead
         return d
 
     def _note_outside(self, what: str, curve, size: float) -> None:

@@ -138,6 +138,9 @@ class Device:
     mem_curve: Curve | None = None # memory-bound efficiency by bytes moved, from a measured profile
     profile: str = ""              # the profile file this device comes from, if any
     collectives: tuple = ()        # measured collective sweeps of the profile (dicts)
+    op_overhead: float = 0.0       # seconds added to every compute operator (host / launch cost of the stack)
+    op_overhead_source: str = ""
+    profile_status: str = ""       # "uncalibrated" for a profile that holds specifications only
 
     def peak(self, dtype: str) -> float:
         return self.peak_flop_per_s[dtype]
@@ -266,9 +269,19 @@ def load_profile(path: str) -> Device:
     if fa and fa.get("points"):
         peak16 = base.peak_flop_per_s.get("bf16", base.peak_flop_per_s.get("fp16"))
         flash = Curve(tuple(sorted((float(p["seq"]), p["tflops"] * 1e12 / peak16) for p in fa["points"])), key, str(fa.get("source", "")))
+    ov = doc.get("op_overhead") or {}
+    overhead = 0.0
+    if ov:
+        from simtrain.units import PARSERS, UnitError
+        try:
+            overhead = PARSERS["time"](ov.get("per_operator"))
+        except (UnitError, TypeError) as e:
+            errs.add("op_overhead.per_operator", str(e), 'write e.g. "45 us"')
+        if not ov.get("source"):
+            errs.add("op_overhead.source", "missing", "say where the overhead was measured")
     errs.raise_if_any()
     return dataclasses.replace(
-        base, key=key, name=f"{base.name} (profile {Path(path).name})", gemm=gemm, gemm_shapes=tuple(shapes),
+        base, key=key, op_overhead=overhead, profile_status=str(doc.get("status", "")), op_overhead_source=str(ov.get("source", "")), name=f"{base.name} (profile {Path(path).name})", gemm=gemm, gemm_shapes=tuple(shapes),
         mem_curve=mem_curve, mem_efficiency=base_mem if base_mem is not None else base.mem_efficiency,
         mem_origin=key if mem_curve is not None else base.mem_origin, flash=flash, profile=str(path),
         collectives=tuple(doc.get("collectives") or ()))
