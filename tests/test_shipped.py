@@ -35,3 +35,14 @@ def test_shipped_topology_builds(path):
 def test_contract_scenario_shape():
     sc, topo = load_scenario(ROOT / "scenarios" / "gpt3-175b-a100-1024.yaml")
     assert sc.world_size == 1024 and sc.num_microbatches == 96
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "simtrain" / "data" / "profiles").glob("*.yaml")))
+def test_shipped_profile_loads(name):
+    """Every shipped device profile loads onto its base preset; measured collective tables carry
+    their source."""
+    from simtrain.devices import find_profile, load_profile
+    dev = load_profile(str(find_profile(name, None)))
+    assert dev.key == name
+    for t in dev.collectives:
+        assert t["source"] and t["points"]
