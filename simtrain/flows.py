@@ -466,7 +466,6 @@ class StepFlows:
         runs, a link carries its per-link bytes spread over the op's simulated duration (stretched
         by contention on scale-out links, so overlapping ops share rather than add up there)."""
         _, where = self._runs(ops)
-        want = set(links)
         deltas: dict = {e: [] for e in links}
         for oid, key in self.key_of.items():
             if where.get(key) != ops[oid].cls:
@@ -475,7 +474,7 @@ class StepFlows:
             if e_ <= s:
                 continue
             moved = self.stats[key][1]
-            for e in want.intersection(moved):
+            for e in [x for x in links if x in moved]:
                 u = moved[e] / (self.net.cap[e] * (e_ - s))
                 deltas[e] += [(s, u), (e_, -u)]
         out = {}
