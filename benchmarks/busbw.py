@@ -1,6 +1,8 @@
 """Predicted against measured nccl-tests bus bandwidth (../shared/data/calibration/nccl_busbw.yaml).
 
     python benchmarks/busbw.py            # every sweep with a matching shipped topology, both backends
+    python benchmarks/busbw.py --fit-network-step nccl_vp_h100_4node_allreduce
+                                          # the extra latency per network step that fits one sweep best
 
 For each measured sweep (collective, GPU count, nodes) the group is laid out one node after the
 other on the shipped topology of that GPU; the predicted time of the collective gives
@@ -38,7 +40,32 @@ def sweeps():
             yield e, topo
 
 
+def fit_network_step(sweep_id: str) -> int:
+    """Grid search (0-60 us, 1 us steps) of `collectives.network_step_latency` on one multi-node
+    sweep: the value with the smallest mean |busbw error| from 1 MiB up, every other fabric
+    number as shipped. Fit on one collective, check on another of the same cluster."""
+    import dataclasses
+    e, tname = next((e, t) for e, t in sweeps() if e["id"] == sweep_id)
+    n, nodes, coll = e["n_gpus"], e["n_nodes"], e["collective"]
+    topo = load_topology(REPO_TOPOLOGIES / f"{tname}.yaml", nodes)
+    shape = group_shape([node * topo.devices_per_node + j for node in range(nodes) for j in range(n // nodes)], topo)
+    best = None
+    for us in range(0, 61):
+        c = dict(topo.collectives)
+        c["network_step_latency"] = us * 1e-6
+        t = dataclasses.replace(topo, collectives=tuple(sorted(c.items())))
+        errs = [abs(r["bytes"] / choose(coll, r["bytes"], shape, t).seconds * FACTOR[coll](n) / 1e9 / r["busbw_GBps"] - 1)
+                for r in e["data"] if r["bytes"] >= 2**20]
+        m = sum(errs) / len(errs)
+        if best is None or m < best[1]:
+            best = (us, m)
+    print(f"{sweep_id}: network_step_latency {best[0]} us gives mean |error| {100 * best[1]:.1f} %")
+    return 0
+
+
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--fit-network-step":
+        return fit_network_step(sys.argv[2])
     if not DATA.exists():
         print(f"{DATA} is absent; nothing to compare")
         return 0

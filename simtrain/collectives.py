@@ -11,7 +11,8 @@ A collective runs one algorithm with one protocol. Its time is
 
   overhead   the fabric's fixed cost per collective (kernel launch and synchronisation that every
              algorithm pays; the topology's `collectives.overhead`, measured from nccl-tests
-             small-message times, 0 if not given)
+             small-message times, 0 if not given); `collectives.network_step_latency` adds a
+             measured fabric's extra cost per network step to NCCL's table
   base, lat  NCCL's latency model per algorithm and protocol (src/graph/tuning.cc, NCCL 2.30.7,
              via shared/data/calibration/nccl_busbw.yaml `nccl_tuning_model_constants`): a base
              latency plus a latency per step over NVLink (scale-up) or the network (scale-out)
@@ -275,8 +276,11 @@ def with_protocol(algorithm: str, family: str, coll: str, protocol: str, up: int
     """Adds the protocol's latency terms and bandwidth share to an algorithm's step counts and its
     transfer time at full bandwidth (shared by both network backends)."""
     base, l_up, l_net = LATENCY_US[family][protocol]
-    if _params(topo).get("latency_model") == "none":
+    params = _params(topo)
+    if params.get("latency_model") == "none":
         base = l_up = l_net = 0.0
+    else:
+        l_net += (params.get("network_step_latency") or 0.0) * 1e6
     lat = (base + up * l_up + net * l_net) * 1e-6
     if algorithm == "ring" and protocol == "Simple" and coll == "all_reduce" and net:
         lat *= RING_SIMPLE_MULTINODE

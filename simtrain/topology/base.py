@@ -234,6 +234,8 @@ COLLECTIVES = {
     "nvls_efficiency": ("float?", False, None),   # NVLink SHARP in-switch reduction, if the switch has it
     "nvls_source": ("str", False, ""),
     "latency_model": (("nccl", "none"), False, "nccl"),   # none: an ideal fabric without protocol latencies
+    "network_step_latency": ("time", False, "0 us"),   # added to NCCL's latency per network step (measured fabrics)
+    "network_step_latency_source": ("str", False, ""),
 }
 
 # keys every kind accepts
