@@ -88,25 +88,31 @@ class Accelerator:
         if self.api is not None:
             self.api.synchronize()
 
-    def time(self, fn, warmup: int, reps: int) -> dict:
-        """Median and spread of `reps` timed repetitions after `warmup` untimed ones."""
+    def once(self, fn) -> float:
+        """Seconds one call of fn takes: device events around it on an accelerator, else a clock."""
+        if self.api is not None:
+            start, end = self.api.Event(enable_timing=True), self.api.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) * 1e-3
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    def time(self, fn, warmup: int, reps: int, before=None) -> list:
+        """`reps` timed repetitions after `warmup` untimed ones; `before` runs ahead of each
+        timed one (a barrier, for collectives)."""
         for _ in range(warmup):
             fn()
         self.sync()
-        times = []
+        out = []
         for _ in range(reps):
-            if self.api is not None:
-                start, end = self.api.Event(enable_timing=True), self.api.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) * 1e-3)
-            else:
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-        return summarize(times)
+            if before is not None:
+                before()
+            out.append(self.once(fn))
+        return out
 
 
 def summarize(times: list) -> dict:
@@ -185,7 +191,7 @@ def run_compute(acc: Accelerator, dtype: str, gemms, attention, memory_sizes, wa
     for (m, n, k) in gemms:
         a = torch.randn(m, k, device=dev, dtype=dt)
         b = torch.randn(k, n, device=dev, dtype=dt)
-        r = acc.time(lambda: torch.matmul(a, b), warmup, reps)
+        r = summarize(acc.time(lambda: torch.matmul(a, b), warmup, reps))
         out["gemm"].append({"m": m, "n": n, "k": k, "dtype": dtype, **r})
         if progress:
             progress(f"gemm {m}x{n}x{k}: {r['median_s'] * 1e6:.1f} us")
@@ -198,7 +204,7 @@ def run_compute(acc: Accelerator, dtype: str, gemms, attention, memory_sizes, wa
         def fwd_bwd():
             F.scaled_dot_product_attention(q, q, q, is_causal=causal).backward(g)
             q.grad = None
-        r = acc.time(fwd_bwd, warmup, reps)
+        r = summarize(acc.time(fwd_bwd, warmup, reps))
         out["attention"].append({"batch": bsz, "heads": heads, "seq": seq, "head_dim": hd, "causal": causal,
                                  "pass": "fwd+bwd", "dtype": dtype, **r})
         if progress:
@@ -221,7 +227,7 @@ def run_compute(acc: Accelerator, dtype: str, gemms, attention, memory_sizes, wa
         }
         for name in MEMORY_OPS:
             fn, nbytes = ops[name]
-            r = acc.time(fn, warmup, reps)
+            r = summarize(acc.time(fn, warmup, reps))
             out["memory"].append({"op": name, "elements": n, "bytes": nbytes, "dtype": dtype, **r})
         if progress:
             progress(f"memory-bound ops at {n} elements")
@@ -310,26 +316,10 @@ def _sendrecv(dist, send, recv, rank, n):
 
 
 def _time_collective(acc: Accelerator, dist, fn, warmup: int, reps: int) -> dict:
-    """Like Accelerator.time, but the repetition time is the slowest rank's (all-reduced max)."""
+    """Like timing an operator, but each repetition starts after a barrier and counts the slowest
+    rank's time (all-reduced max)."""
     torch = acc.torch
-    for _ in range(warmup):
-        fn()
-    acc.sync()
-    times = []
-    for _ in range(reps):
-        dist.barrier()
-        if acc.api is not None:
-            start, end = acc.api.Event(enable_timing=True), acc.api.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            t = start.elapsed_time(end) * 1e-3
-        else:
-            t0 = time.perf_counter()
-            fn()
-            t = time.perf_counter() - t0
-        times.append(t)
+    times = acc.time(fn, warmup, reps, before=dist.barrier)
     worst = torch.tensor(times, dtype=torch.float64, device=acc.device if acc.kind != "cpu" else "cpu")
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
     return summarize(worst.tolist())

@@ -239,6 +239,14 @@ COLLECTIVES = {
 }
 
 # keys every kind accepts
+def link_schema(latency_default: str | None = None) -> tuple:
+    """Schema of a `{bandwidth, latency}` link section; latency required unless it has a default."""
+    return ("map", True, {
+        "bandwidth": ("bandwidth", True, None),
+        "latency": ("time", latency_default is None, latency_default),
+    })
+
+
 COMMON = {
     "name": ("str", True, None),
     "kind": ("str", True, None),

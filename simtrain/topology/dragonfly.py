@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from simtrain.topology.base import COMMON, Fabric, LinkClass, path_class, register
+from simtrain.topology.base import COMMON, Fabric, LinkClass, link_schema, path_class, register
 
 
 @dataclass(frozen=True)
@@ -51,18 +51,9 @@ SCHEMA = dict(COMMON, **{
     "routers_per_group": ("posint", True, None),
     "global_links_per_router": ("int", True, None),
     "devices_per_router": ("posint", False, 1),
-    "injection": ("map", True, {
-        "bandwidth": ("bandwidth", True, None),
-        "latency": ("time", False, "0 us"),
-    }),
-    "local_links": ("map", True, {
-        "bandwidth": ("bandwidth", True, None),
-        "latency": ("time", True, None),
-    }),
-    "global_links": ("map", True, {
-        "bandwidth": ("bandwidth", True, None),
-        "latency": ("time", True, None),
-    }),
+    "injection": link_schema("0 us"),
+    "local_links": link_schema(),
+    "global_links": link_schema(),
     "efficiency": ("float", False, 1.0),
     "efficiency_source": ("str", False, ""),
 })

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from simtrain.topology.base import COMMON, Fabric, LinkClass, path_class, register
+from simtrain.topology.base import COMMON, Fabric, LinkClass, link_schema, path_class, register
 
 
 @dataclass(frozen=True)
@@ -52,14 +52,8 @@ SCHEMA = dict(COMMON, **{
     "dims": ("any", True, None),
     "wrap": ("bool", False, True),
     "devices_per_router": ("posint", False, 1),
-    "injection": ("map", True, {
-        "bandwidth": ("bandwidth", True, None),
-        "latency": ("time", False, "0 us"),
-    }),
-    "links": ("map", True, {
-        "bandwidth": ("bandwidth", True, None),
-        "latency": ("time", True, None),
-    }),
+    "injection": link_schema("0 us"),
+    "links": link_schema(),
     "efficiency": ("float", False, 1.0),
     "efficiency_source": ("str", False, ""),
 })
