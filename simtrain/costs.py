@@ -64,8 +64,10 @@ class CalibratedRoofline:
             d = self._cache[op] = self._duration(op) + self.dev.op_overhead
         return d
 
-    def _note_outside(self, what: str, curve, size: float) -> None:
-        key = (what, curve.points[0][0], curve.points[-1][0])
+    def _note_outside(self, what: str, span, size: float) -> None:
+        """Counts a lookup outside a measured range; `span` is a Curve or a (lo, hi) pair."""
+        lo, hi = span if isinstance(span, tuple) else (span.points[0][0], span.points[-1][0])
+        key = (what, lo, hi)
         rec = self._outside.setdefault(key, [size, size, 0])
         rec[0], rec[1], rec[2] = min(rec[0], size), max(rec[1], size), rec[2] + 1
 
@@ -97,7 +99,7 @@ class CalibratedRoofline:
             if shaped is not None:
                 eff, inside = shaped.at_shape(m, n, k)
                 if not inside:
-                    self._note_outside("GEMM shape outside the measured", _Span(shaped), (m * n * k) ** (1 / 3))
+                    self._note_outside("GEMM shape (cube root of m·n·k) outside the measured", shaped.side_range(), (m * n * k) ** (1 / 3))
                 peak = dev.peak(self.matmul_dtype if self.matmul_dtype in dev.peak_flop_per_s else self.vector_dtype)
                 return max(op.flops / (peak * eff), self.memory_time(op.bytes))
             curve = dev.gemm.get(gemm_class(self.matmul_dtype), dev.gemm["16bit"])
@@ -117,11 +119,3 @@ class CalibratedRoofline:
             return op.flops / (dev.peak(self.vector_dtype) * eff)
         raise ValueError(f"unknown op kind {op.kind}")
 
-
-class _Span:
-    """The measured size range of a ShapeCurve, in the cube root of m·n·k, for coverage notes."""
-
-    def __init__(self, shaped):
-        xs = [x for _, pts in shaped.levels for x, _ in pts]
-        side = lambda x: (2 ** x / 2) ** (1 / 3)
-        self.points = ((side(min(xs)), 0.0), (side(max(xs)), 0.0))

@@ -99,6 +99,11 @@ class ShapeCurve:
                 return e0 + (e1 - e0) * (x - x0) / (x1 - x0), True
         raise AssertionError("unreachable")
 
+    def side_range(self) -> tuple:
+        """The measured range as the cube root of m·n·k (for coverage notes)."""
+        xs = [x for _, pts in self.levels for x, _ in pts]
+        return ((2 ** min(xs) / 2) ** (1 / 3), (2 ** max(xs) / 2) ** (1 / 3))
+
     def at_shape(self, m, n, k) -> tuple[float, bool]:
         x, y = self.coords(max(m, 1.0), max(n, 1.0), max(k, 1.0), self.esize)
         lv = self.levels
