@@ -118,7 +118,8 @@ def table_of(e: dict) -> dict:
     pts = [(r["bytes"], r["busbw_GBps"]) for r in e["data"] if r.get("busbw_GBps")]
     alpha, peak = fit_alpha_beta([(b * f, b * f / (bw * 1e9)) for b, bw in pts])
     return {"collective": e["collective"], "ranks": n, "nodes": e["n_nodes"], "alpha_us": alpha * 1e6,
-            "peak_busbw_GBps": peak / 1e9, "points": [{"bytes": b, "busbw_GBps": bw} for b, bw in pts]}
+            "peak_busbw_GBps": peak / 1e9,
+            "points": [{"bytes": b, "busbw_GBps": bw, "time_us": b * f / (bw * 1e9) * 1e6} for b, bw in pts]}
 
 
 def calibrated() -> None:

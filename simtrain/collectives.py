@@ -235,9 +235,9 @@ def _pairwise(coll, n, g, topo):
     p = g.size
     if not g.spans_nodes:
         return p - 1, 0, (p - 1) / p * n / _up(topo, g)
-    k = g.per_node
-    t = max((k - 1) / p * n / _up(topo, g), (p - k) / p * n / _net(topo, g.leaves, g))
-    return k - 1, p - k, t
+    k, kmin = g.per_node, g.min_per_node or g.per_node   # the emptiest node sends the most across
+    t = max((k - 1) / p * n / _up(topo, g), (p - kmin) / p * n / _net(topo, g.leaves, g))
+    return k - 1, p - kmin, t
 
 
 @register("direct", "ring", ("all_to_all",), "direct all-to-all (every pair at once)")
@@ -245,8 +245,8 @@ def _direct(coll, n, g, topo):
     p = g.size
     if not g.spans_nodes:
         return 1, 0, (p - 1) / p * n / _up(topo, g)
-    k = g.per_node
-    return 0, 1, max((k - 1) / p * n / _up(topo, g), (p - k) / p * n / _net(topo, g.leaves, g))
+    k, kmin = g.per_node, g.min_per_node or g.per_node
+    return 0, 1, max((k - 1) / p * n / _up(topo, g), (p - kmin) / p * n / _net(topo, g.leaves, g))
 
 
 def steps(coll: str, n: float, g: GroupShape, topo: Topology, algorithm: str) -> tuple | None:
@@ -290,37 +290,51 @@ def with_protocol(algorithm: str, family: str, coll: str, protocol: str, up: int
 
 def measured_cost(coll: str, n: float, g: GroupShape, tables: tuple) -> tuple | None:
     """(Cost, note) from a device profile's measured collective tables (simtrain calibrate), or
-    None without a table for this collective on this side of the node boundary.
+    None without a usable table.
 
-    The table of the same collective that matches the group best (same node count, then same
-    rank count) gives the bus bandwidth at n, interpolated linearly in log size and log busbw
-    between the measured sizes; the time is n x the group's own bus factor / busbw (bus bandwidth
-    is what nccl-tests makes comparable across rank counts). Outside the measured sizes the
-    table's fitted alpha/beta is used, and the note says so; a group of another size than the
-    table's says so too."""
-    cands = [t for t in tables if t.get("collective") == coll and (t.get("nodes", 1) > 1) == g.spans_nodes and t.get("points")]
+    A table serves a group of the same collective on the same side of the node boundary; across
+    nodes it must also have the group's ranks per node (the NIC shares a ring aggregates depend on
+    it). Among those, the one closest in node count, then rank count, is used. Its measured time
+    is interpolated linearly in log size and log time between the measured sizes, and rescaled
+    by the bus factors when the group has another rank count (bus bandwidth is what nccl-tests
+    makes comparable across rank counts). Below the smallest measured size the smallest size's
+    time is used; above the largest, the table's fitted alpha/beta, and the note says so."""
+    per_node = lambda t: t["ranks"] // max(1, t.get("nodes", 1))
+    cands = []
+    for t in tables:
+        if t.get("collective") != coll or (t.get("nodes", 1) > 1) != g.spans_nodes:
+            continue
+        if g.spans_nodes and per_node(t) != g.per_node:
+            continue
+        pts = sorted((p["bytes"], p["time_us"] * 1e-6) for p in t.get("points") or ()
+                     if p.get("bytes", 0) > 0 and p.get("time_us", 0) > 0)
+        if pts:
+            cands.append((t, pts))
     if not cands:
         return None
-    t = min(cands, key=lambda t: (abs(t.get("nodes", 1) - g.nodes), abs(t["ranks"] - g.size), t["ranks"]))
-    pts = sorted((p["bytes"], p["busbw_GBps"] * 1e9) for p in t["points"] if p["busbw_GBps"] > 0)
-    f = _factor(coll, g.size) if coll != "all_to_all" else (g.size - 1) / g.size
+    t, pts = min(cands, key=lambda c: (abs(c[0].get("nodes", 1) - g.nodes), abs(c[0]["ranks"] - g.size), c[0]["ranks"]))
+    bus = lambda p: _factor(coll, p) if coll != "all_to_all" else (p - 1) / p
+    scale = bus(g.size) / bus(t["ranks"]) if t["ranks"] > 1 else 1.0
     note = None
-    if pts and pts[0][0] <= n <= pts[-1][0]:
-        for (x0, b0), (x1, b1) in zip(pts, pts[1:] or pts):
+    if n <= pts[0][0]:
+        seconds = pts[0][1]
+    elif n <= pts[-1][0]:
+        for (x0, t0), (x1, t1) in zip(pts, pts[1:]):
             if x0 <= n <= x1:
-                w = 0.0 if x1 == x0 else (math.log(n) - math.log(x0)) / (math.log(x1) - math.log(x0))
-                bus = math.exp(math.log(b0) + w * (math.log(b1) - math.log(b0)))
+                w = (math.log(n) - math.log(x0)) / (math.log(x1) - math.log(x0))
+                seconds = math.exp(math.log(t0) + w * (math.log(t1) - math.log(t0)))
                 break
-        seconds = n * f / bus
     else:
-        alpha = t.get("alpha_us", 0.0) * 1e-6
-        peak = (t.get("peak_busbw_GBps") or 0) * 1e9 or (pts[-1][1] if pts else 0.0)
-        seconds = alpha + n * f / peak
-        note = f"{coll} of {n:.0f} B outside the measured sizes {pts[0][0]:.0f}..{pts[-1][0]:.0f}: fitted alpha/beta used"
-    if (t["ranks"], t.get("nodes", 1)) != (g.size, g.nodes):
+        peak = (t.get("peak_busbw_GBps") or 0) * 1e9
+        if peak > 0:
+            seconds = t.get("alpha_us", 0.0) * 1e-6 + n * bus(t["ranks"]) / peak
+        else:
+            seconds = pts[-1][1] * n / pts[-1][0]
+        note = f"{coll} of {n:.0f} B beyond the largest measured size {pts[-1][0]:.0f} B: fitted alpha/beta used"
+    if t["ranks"] != g.size or t.get("nodes", 1) != g.nodes:
         extra = f"{coll} over {g.size} ranks on {g.nodes} node(s) timed with the table measured on {t['ranks']} ranks on {t.get('nodes', 1)} node(s)"
         note = f"{note}; {extra}" if note else extra
-    return Cost("measured", "measured", 0.0, seconds), note
+    return Cost("measured", "measured", 0.0, seconds * scale), note
 
 
 def choose(coll: str, n: float, g: GroupShape, topo: Topology, algorithm: str = "auto",

@@ -60,8 +60,10 @@ class ShapeCurve:
 
     Measured shapes are grouped into intensity levels (equal y); inside a level the efficiency is
     piecewise linear in x, between the two levels that bracket a query it is linear in y. So a
-    measured shape gets exactly its measured efficiency, and along a level the result is
-    monotone wherever the measurements are. Outside the measured x range of a level, or the y
+    measured shape gets exactly its measured efficiency (shapes with the same FLOPs and intensity,
+    such as permutations of m, n, k, share the mean of theirs), and along a level the result is
+    monotone wherever the measurements are. A sweep of square shapes makes one level per size,
+    so shapes between them are interpolated across levels and reported as outside coverage. Outside the measured x range of a level, or the y
     range of all levels, the nearest measured value is used and the lookup is reported.
     Example: levels y = 6 {x 20: 0.4, x 30: 0.8} and y = 8 {x 20: 0.5, x 30: 0.9}; the query
     (x 25, y 7) is 0.6 on level 6 and 0.7 on level 8, so 0.65.
@@ -76,8 +78,9 @@ class ShapeCurve:
         by_y: dict = {}
         for m, n, k, flops_per_s in points:
             x, y = ShapeCurve.coords(m, n, k, esize)
-            by_y.setdefault(round(y, 6), {})[round(x, 9)] = flops_per_s / peak
-        levels = tuple((y, tuple(sorted(pts.items()))) for y, pts in sorted(by_y.items()))
+            by_y.setdefault(round(y, 6), {}).setdefault(round(x, 9), []).append(flops_per_s / peak)
+        # shapes with the same FLOPs and intensity (permutations of m, n, k) share their mean
+        levels = tuple((y, tuple((x, sum(v) / len(v)) for x, v in sorted(pts.items()))) for y, pts in sorted(by_y.items()))
         return ShapeCurve(levels, origin, source, esize)
 
     @staticmethod
@@ -247,6 +250,8 @@ def load_profile(path: str) -> Device:
     if doc.get("base") not in preset_names():
         errs.add("base", f"unknown base preset {doc.get('base')!r}", f"use one of: {', '.join(preset_names())}")
         errs.raise_if_any()
+    _check_profile(doc, errs)
+    errs.raise_if_any()
     base = get_device(doc["base"])
     key = str(doc.get("device") or Path(path).stem)
     gemm, shapes = dict(base.gemm), []
@@ -290,6 +295,58 @@ def load_profile(path: str) -> Device:
         mem_curve=mem_curve, mem_efficiency=base_mem if base_mem is not None else base.mem_efficiency,
         mem_origin=key if mem_curve is not None else base.mem_origin, flash=flash, profile=str(path),
         collectives=tuple(doc.get("collectives") or ()))
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 and math.isfinite(x)
+
+
+def _check_profile(doc: dict, errs) -> None:
+    """Every measured section of a profile: lists of mappings with positive numbers, each problem
+    at its key path (e.g. gemm[0].points[2].tflops)."""
+    fix = "give the file simtrain calibrate wrote, or fix the value"
+
+    def points(path, sect, keys):
+        pts = sect.get("points") if isinstance(sect, dict) else None
+        if not isinstance(pts, list) or not pts:
+            errs.add(f"{path}.points", "missing or empty", fix)
+            return
+        for j, pt in enumerate(pts):
+            if not isinstance(pt, dict):
+                errs.add(f"{path}.points[{j}]", "expected a mapping", fix)
+                continue
+            for k in keys:
+                if not _positive(pt.get(k)):
+                    errs.add(f"{path}.points[{j}].{k}", f"expected a number > 0, got {pt.get(k)!r}", fix)
+
+    for name, keys in (("gemm", ("m", "n", "k", "tflops")),):
+        sects = doc.get(name) or []
+        if not isinstance(sects, list):
+            errs.add(name, "expected a list", fix)
+            continue
+        for i, g in enumerate(sects):
+            if not isinstance(g, dict):
+                errs.add(f"{name}[{i}]", "expected a mapping with dtype and points", fix)
+                continue
+            points(f"{name}[{i}]", g, keys)
+    for name, keys in (("memory_bound", ("bytes", "bandwidth_GBps")), ("flash_attention", ("seq", "tflops"))):
+        if doc.get(name) is not None:
+            points(name, doc[name], keys)
+    colls = doc.get("collectives") or []
+    if not isinstance(colls, list):
+        errs.add("collectives", "expected a list", fix)
+        colls = []
+    for i, c in enumerate(colls):
+        if not isinstance(c, dict):
+            errs.add(f"collectives[{i}]", "expected a mapping", fix)
+            continue
+        for k in ("ranks", "nodes"):
+            if not isinstance(c.get(k), int) or c.get(k) < 1:
+                errs.add(f"collectives[{i}].{k}", f"expected a whole number >= 1, got {c.get(k)!r}", fix)
+        points(f"collectives[{i}]", c, ("bytes", "time_us"))
+    ov = doc.get("op_overhead")
+    if ov is not None and not isinstance(ov, dict):
+        errs.add("op_overhead", "expected a mapping with per_operator and source", 'write e.g. `op_overhead: {per_operator: "45 us", source: "..."}`')
 
 
 def device_of(cluster) -> Device:

@@ -109,15 +109,19 @@ class FluidNetwork:
         self.gen += 1
         if not self.active:
             return
-        dt = min(a[0] / a[1] if a[1] > 0 else float("inf") for a in self.active.values())
+        ends = {i: (a[0] / a[1] if a[1] > 0 else float("inf")) for i, a in self.active.items()}
+        dt = max(min(ends.values()), 0.0)
+        # the ops this timer ends: those due at dt (to rounding); the timer, not the float left
+        # over after subtracting elapsed time, decides, so an op can never miss its end
+        due = [i for i, x in ends.items() if x <= dt * (1 + 1e-9) + 1e-15]
         gen = self.gen
-        self.env.timeout(max(dt, 0.0)).callbacks.append(lambda _ev, g=gen: self._wake(g))
+        self.env.timeout(dt).callbacks.append(lambda _ev, g=gen, d=due: self._wake(g, d))
 
-    def _wake(self, gen):
+    def _wake(self, gen, due):
         if gen != self.gen:
             return
         self._advance()
-        finished = [i for i, a in self.active.items() if a[0] <= 1e-9 * max(a[4], 1e-9)]
+        finished = [i for i in due if i in self.active]
         for i in finished:
             a = self.active.pop(i)
             for e, u in a[2]:

@@ -401,8 +401,9 @@ class StepFlows:
         return key, hit[0], self.load(key, 1.0)
 
     def duration(self, coll: str, n: float, kind: str, stage: int) -> tuple:
-        """(key, seconds) of one collective; `auto` takes the fastest algorithm with phases and
-        the fastest protocol (the flows are timed once per algorithm; protocols rescale them)."""
+        """(key, seconds) of one collective: the named algorithm if it has phases (else, and for
+        `auto`, the first of FLOW_ALGORITHMS: ring, or direct for all-to-all; tree and NVLS have
+        no flow form), with the fastest protocol (flows are timed once; protocols rescale them)."""
         key = (coll, n, kind, stage)
         hit = self.stats.get(key)
         if hit is None:
@@ -424,6 +425,12 @@ class StepFlows:
                     c = with_protocol(a, "ring", coll, pr, up, net, data, self.net.topo)
                     if best is None or c.seconds < best[0].seconds:
                         best = (c, moved, sat)
+            if best is None:        # the named algorithm does not apply to this group: the ring does
+                data, up, net, moved, sat = self.net.collective(coll, n, groups, FLOW_ALGORITHMS[coll][0])
+                up, net = self.net.latency_steps(coll, n, groups[0], FLOW_ALGORITHMS[coll][0], (up, net))
+                c = min((with_protocol(FLOW_ALGORITHMS[coll][0], "ring", coll, pr, up, net, data, self.net.topo) for pr in protos),
+                        key=lambda c: c.seconds)
+                best = (c, moved, sat)
             hit = self.stats[key] = (best[0].seconds, best[1], best[2], best[0])
         return key, hit[0]
 

@@ -119,3 +119,31 @@ def test_a_profile_for_another_device_is_refused(bench_files, tmp_path, capsys):
     assert main(["check", str(ROOT / "scenarios/llama3-8b-h200-64.yaml"), "--set", f"cluster.device_profile={prof}"]) == 2
     err = capsys.readouterr().err
     assert "cluster.device_profile" in err and "a100-sxm4-80gb" in err
+
+
+def test_a_bad_profile_gets_errors_at_key_paths(tmp_path, capsys):
+    f = tmp_path / "p.yaml"
+    f.write_text("schema: simtrain-profile/1\ndevice: x\nbase: a100-sxm4-80gb\ngemm: [bf16]\n"
+                 "memory_bound: {points: [{bytes: 1000, bandwidth_GBps: 0}]}\n"
+                 "collectives: [{collective: all_reduce, nodes: 1, points: [{bytes: 8}]}]\n")
+    assert main(["check", str(ROOT / "scenarios/llama3-8b-h200-64.yaml"), "--set", "cluster.device=a100-sxm4-80gb",
+                 "--set", f"cluster.device_profile={f}"]) == 2
+    err = capsys.readouterr().err
+    for path in ("gemm[0]", "memory_bound.points[0].bandwidth_GBps", "collectives[0].ranks", "collectives[0].points[0].time_us"):
+        assert path in err
+
+
+def test_two_tests_in_one_nccl_log_count_their_own_devices(tmp_path):
+    """Two 4-rank all_gather tables one after the other: each sweep has 4 ranks, not 4 then 8."""
+    from simtrain.calibration.nccl_tests import read
+    text = (ROOT / "tests/data/nccl/all_gather_2.10.txt").read_text()
+    f = tmp_path / "all_gather_twice.txt"
+    f.write_text(text + text)
+    assert [sw.ranks for sw in read(f)] == [4, 4]
+
+
+def test_permuted_gemm_shapes_share_their_mean():
+    """(8192, 1024, 4096) and (1024, 8192, 4096) have the same FLOPs and intensity: one point."""
+    sc = ShapeCurve.from_points([(8192, 1024, 4096, 0.6e12), (1024, 8192, 4096, 0.4e12)], peak=1e12, esize=2.0,
+                                origin="t", source="")
+    assert sc.at_shape(8192, 1024, 4096)[0] == pytest.approx(0.5)

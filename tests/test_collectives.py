@@ -125,19 +125,27 @@ def test_all_to_all_is_limited_by_one_nic_share_across_nodes(plain_topology):
     assert math.isclose(collective_time("all_to_all", n, g, topo), choose("all_to_all", n, g, topo).seconds)
 
 
-def test_measured_table_is_interpolated_in_log_size_and_log_busbw():
-    """A profile table (8 ranks, 1 node): busbw 100 GB/s at 1 MiB and 400 GB/s at 4 MiB. At 2 MiB,
-    halfway in log size, busbw is the geometric mean 200 GB/s, so an all-reduce over 8 ranks takes
-    2 MiB x 14/8 / 200 GB/s. Beyond the table the fitted alpha/beta is used and said so; another
-    group size is said so too; a group across nodes finds no table (the model is used)."""
+def test_measured_table_is_interpolated_in_log_size_and_log_time():
+    """A profile table (8 ranks, 1 node): 1 MiB and 4 MiB both measured at 18.35 us (busbw 100 and
+    400 GB/s). At 2 MiB, halfway in log size, the time is the geometric mean, 18.35 us, i.e. busbw
+    200 GB/s. A 4-rank group rescales by the bus factors 1.5 / 1.75. Below 1 MiB the 1 MiB time is
+    kept; beyond 4 MiB the fitted alpha/beta is used and said so. Across nodes, a table needs the
+    group's ranks per node: 16 ranks on 2 nodes with 8 each find the 2-node table, 2 ranks on 2
+    nodes (1 each) find none and the model is used."""
     from simtrain.collectives import measured_cost
+    t1 = 2 ** 20 * 1.75 / 100e9
     table = ({"collective": "all_reduce", "ranks": 8, "nodes": 1, "alpha_us": 5.0, "peak_busbw_GBps": 450.0,
-              "points": [{"bytes": 2 ** 20, "busbw_GBps": 100.0}, {"bytes": 2 ** 22, "busbw_GBps": 400.0}]},)
+              "points": [{"bytes": 2 ** 20, "time_us": t1 * 1e6}, {"bytes": 2 ** 22, "time_us": t1 * 1e6}]},
+             {"collective": "all_reduce", "ranks": 16, "nodes": 2, "alpha_us": 0.0, "peak_busbw_GBps": 100.0,
+              "points": [{"bytes": 2 ** 20, "time_us": 50.0}]})
     g = GroupShape(size=8, nodes=1, per_node=8, uniform=True, leaves=1)
     c, note = measured_cost("all_reduce", 2 ** 21, g, table)
-    assert c.seconds == pytest.approx(2 ** 21 * 14 / 8 / 200e9, rel=1e-12) and note is None
+    assert c.seconds == pytest.approx(t1, rel=1e-12) and note is None
+    assert 2 ** 21 * 14 / 8 / c.seconds == pytest.approx(200e9, rel=1e-12)
+    c, note = measured_cost("all_reduce", 2 ** 21, GroupShape(4, 1, 4, True, 1), table)
+    assert c.seconds == pytest.approx(t1 * 1.5 / 1.75, rel=1e-12) and "measured on 8 ranks" in note
+    assert measured_cost("all_reduce", 1024, g, table)[0].seconds == pytest.approx(t1, rel=1e-12)
     c, note = measured_cost("all_reduce", 2 ** 30, g, table)
-    assert c.seconds == pytest.approx(5e-6 + 2 ** 30 * 14 / 8 / 450e9, rel=1e-12) and "outside the measured" in note
-    _, note = measured_cost("all_reduce", 2 ** 21, GroupShape(4, 1, 4, True, 1), table)
-    assert "measured on 8 ranks" in note
-    assert measured_cost("all_reduce", 2 ** 21, GroupShape(16, 2, 8, True, 1), table) is None
+    assert c.seconds == pytest.approx(5e-6 + 2 ** 30 * 14 / 8 / 450e9, rel=1e-12) and "largest measured" in note
+    assert measured_cost("all_reduce", 2 ** 20, GroupShape(16, 2, 8, True, 1), table)[0].seconds == pytest.approx(50e-6)
+    assert measured_cost("all_reduce", 2 ** 20, GroupShape(2, 2, 1, True, 1), table) is None

@@ -87,3 +87,16 @@ def test_gradient_reductions_of_two_stages_share_a_nic(tmp_path, monkeypatch, pl
         assert shared > 1.5 * alone
     else:
         assert shared == pytest.approx(alone, rel=0.02)
+
+
+def test_short_ops_late_in_a_long_step_always_finish():
+    """Regression: an op of a microsecond starting hundreds of seconds into the step must end at
+    start + duration, although the float time left after subtracting elapsed time is rounding
+    noise (the timer that was set for it ends it)."""
+    import random
+    rng = random.Random(1)
+    for _ in range(300):
+        t0, d = rng.uniform(5, 500), rng.uniform(0.1e-6, 50e-6)
+        ops = [op(0, t0, kind="compute", stream="c"), op(1, d, [("e", 0.5)], deps=[0])]
+        _, end = run(ops)
+        assert end[1] == pytest.approx(t0 + d, abs=1e-9)

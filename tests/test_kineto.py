@@ -55,3 +55,15 @@ def test_a_file_that_is_not_a_trace_is_named(tmp_path):
     with pytest.raises(ConfigError) as e:
         operator_times(f)
     assert str(f) in str(e.value) and "export_chrome_trace" in str(e.value)
+
+
+def test_ops_of_two_processes_do_not_nest(tmp_path):
+    """A merged trace: pid 1's aten::linear (0-100 us) and pid 2's aten::mm (10-60 us) overlap in
+    time on the same tid; each keeps its own kernels (50 and 30 us)."""
+    def ev(cat, name, ts, dur, ext, pid, tid=1):
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": {"External id": ext}}
+    f = tmp_path / "two.json"
+    f.write_text(json.dumps({"traceEvents": [ev("cpu_op", "aten::linear", 0, 100, 1, 1), ev("cpu_op", "aten::mm", 10, 50, 2, 2),
+                                             ev("kernel", "k1", 200, 50, 1, 1, 7), ev("kernel", "k2", 200, 30, 2, 2, 7)]}))
+    ops = operator_times(f)
+    assert sorted(o.seconds for o in ops) == [pytest.approx(30e-6), pytest.approx(50e-6)]

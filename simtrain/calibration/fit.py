@@ -82,6 +82,8 @@ def collect(files: list) -> dict:
         head = f.read_bytes()[:4096]
         if head[:2] == b"\x1f\x8b" or b'"traceEvents"' in head:
             for o in kineto.operator_times(f):
+                if o.seconds <= 0:
+                    continue          # an op that launched no device work (CPU-side): nothing measured
                 if o.operator == "gemm":
                     mnk = _gemm_from_dims(o.aten, o.shapes)
                     if mnk:
@@ -102,6 +104,10 @@ def collect(files: list) -> dict:
             got["provenance"].append({"file": str(f), "kind": "simtrain bench", **(doc.get("provenance") or {})})
             continue
         for sw in nccl_tests.read(f):
+            if sw.ranks < 2:
+                errs.add(str(f), f"a {sw.collective} sweep over {sw.ranks} rank moves no data between devices",
+                         "give a log of two or more ranks")
+                continue
             for r in sw.rows:
                 got["collectives"].append({"collective": sw.collective, "ranks": sw.ranks, "nodes": sw.nodes,
                                            "bytes": r.bytes, "median_s": r.time_s, "busbw": r.busbw, "file": str(f)})
@@ -117,6 +123,11 @@ def fit_alpha_beta(points: list) -> tuple:
     if len(pts) < 2:
         x, t = pts[0]
         return 0.0, x / t
+    pts = [(x, t) for x, t in pts if x > 0 and t > 0]
+    if not pts:
+        return 0.0, float("inf")
+    if len(pts) < 2:
+        return 0.0, pts[0][0] / pts[0][1]
     mx = statistics.fmean(x for x, _ in pts)
     mt = statistics.fmean(t for _, t in pts)
     sxx = sum((x - mx) ** 2 for x, _ in pts)

@@ -76,8 +76,10 @@ def load(path: Path) -> dict:
 def operator_times(path: Path) -> list:
     """One OpTime per outermost CPU op that maps to a simtrain operator, in trace order."""
     doc = load(path)
-    events = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "dur" in e]
-    cpu = sorted((e for e in events if e.get("cat") == "cpu_op"), key=lambda e: (e.get("tid", 0), e["ts"], -e["dur"]))
+    events = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
+              and isinstance(e.get("dur"), (int, float)) and isinstance(e.get("ts"), (int, float))]
+    thread = lambda e: (str(e.get("pid", 0)), str(e.get("tid", 0)))     # one call stack per process and thread
+    cpu = sorted((e for e in events if e.get("cat") == "cpu_op"), key=lambda e: (thread(e), e["ts"], -e["dur"]))
     device = [e for e in events if is_device_event(str(e.get("cat", "")))]
     kernel_time: dict = {}
     for k in device:
@@ -88,7 +90,7 @@ def operator_times(path: Path) -> list:
     children: dict = {}          # external id of an outermost op -> kernel time of it and its descendants
     stack: list = []             # (end, external id of the outermost matched ancestor or None, tid)
     for e in cpu:
-        tid = e.get("tid", 0)
+        tid = thread(e)
         while stack and stack[-1][0] <= e["ts"] and stack[-1][2] == tid:
             stack.pop()
         anc = next((x[1] for x in reversed(stack) if x[2] == tid and x[1] is not None), None)
@@ -98,7 +100,7 @@ def operator_times(path: Path) -> list:
             children[anc] = children.get(anc, 0.0) + kernel_time.get(ext, 0.0)
             stack.append((e["ts"] + e["dur"], anc, tid))
             continue
-        if op is None:
+        if op is None or ext is None:
             stack.append((e["ts"] + e["dur"], None, tid))
             continue
         children[ext] = kernel_time.get(ext, 0.0)

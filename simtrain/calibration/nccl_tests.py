@@ -81,6 +81,7 @@ def parse_text(text: str, source: str, collective: str | None = None) -> list:
         m = re.match(r"#\s*Collective test starting:\s*(\S+)", s)
         if m:
             coll = collective or PROGRAMS.get(m.group(1).replace("_perf", ""), coll)
+            hosts, devices, cur, names = [], [], None, None      # a new test lists its own devices
             continue
         m = re.match(r"#\s*nccl-tests version (\S+)(.*)", s)
         if m:
@@ -89,6 +90,8 @@ def parse_text(text: str, source: str, collective: str | None = None) -> list:
             if lib:
                 prov["nccl"] = lib.group(1)
             continue
+        if cur is not None and s.startswith("#") and "Rank" in s and "device" in s:
+            hosts, devices, cur = [], [], None                   # device lines after a table: the next test
         m = re.match(r"#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)", s)
         if m:
             hosts.append(m.group(2))
@@ -134,6 +137,9 @@ def parse_text(text: str, source: str, collective: str | None = None) -> list:
                 printed = float(toks[bus_i])
             except ValueError:
                 printed = None
+        if t_us <= 0:
+            errs.add(f"line {lineno}", f"time {toks[time_i]} us: a measured time must be > 0", "give the unedited nccl-tests output")
+            continue
         cur.rows.append(_row(coll, cur.ranks, size, t_us * 1e-6, printed))
     errs.raise_if_any()
     for sw in sweeps:
@@ -159,8 +165,8 @@ def parse_json(doc: dict, source: str, collective: str | None = None) -> list:
         errs.add("results", "missing or not a list", "give the file written by nccl-tests -J")
     if coll is None:
         errs.add("args", "cannot tell which collective this file measures", "pass collective=")
-    if not devs:
-        errs.add("devices", "missing: the number of ranks is unknown", "give the file written by nccl-tests -J")
+    if not devs or not all(isinstance(d, dict) for d in devs):
+        errs.add("devices", "missing or not a list of device records: the number of ranks is unknown", "give the file written by nccl-tests -J")
     errs.raise_if_any()
     n = len(devs)
     sw = Sweep(coll, n, len({d.get("hostname") for d in devs}), "?", source,
@@ -172,8 +178,8 @@ def parse_json(doc: dict, source: str, collective: str | None = None) -> list:
         if not body:
             continue
         t = body.get("time", body.get("cpu_time"))
-        if not isinstance(r.get("size"), int) or not isinstance(t, (int, float)):
-            errs.add(f"results[{i}]", "size or time missing", "give the file written by nccl-tests -J")
+        if not isinstance(r.get("size"), int) or not isinstance(t, (int, float)) or t <= 0:
+            errs.add(f"results[{i}]", "size or time missing, or time not > 0", "give the file written by nccl-tests -J")
             continue
         sw.dtype = r.get("type", sw.dtype)
         pb = body.get("bus_bw")
