@@ -18,6 +18,7 @@ Conventions every builder keeps:
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -145,7 +146,7 @@ class Topology:
         return self.fabric.describe(count)
 
 
-class Fabric:
+class Fabric(ABC):
     """A builder's view of one Topology. Subclasses implement `load` (YAML values -> Topology
     fields), `build`, `leaf_of`, `device_id`, `route`, `link_class_name` and `_link_class`."""
 
@@ -158,16 +159,18 @@ class Fabric:
         self._classes: dict = {}
 
     @classmethod
+    @abstractmethod
     def load(cls, v: dict, nodes: int, errs) -> dict:
-        raise NotImplementedError
+        """YAML values -> Topology fields (each builder its own)."""
 
     def graph(self) -> nx.Graph:
         if self._g is None:
             self._g = self.build()
         return self._g
 
+    @abstractmethod
     def build(self) -> nx.Graph:
-        raise NotImplementedError
+        """The fabric's networkx graph."""
 
     def link_class(self, cls: str) -> LinkClass:
         hit = self._classes.get(cls)
@@ -176,8 +179,9 @@ class Fabric:
                                         else self._link_class(cls))
         return hit
 
+    @abstractmethod
     def _link_class(self, cls: str) -> LinkClass:
-        raise NotImplementedError
+        """The LinkClass of a class name (a representative route walked on the graph)."""
 
     def efficiency(self, cls: str) -> float:
         return self.t.scale_up_efficiency if cls == "scale_up" else self.t.scale_out_efficiency
