@@ -154,6 +154,12 @@ def cmd_list(args) -> int:
             flow = "flow too" if any(k in v for v in FLOW_ALGORITHMS.values()) else "analytical only"
             print(f"{k:17s} {', '.join(a.collectives)}; {'auto' if a.tuned else 'when named'}; {flow} — {a.source}")
         print(f"protocols: {', '.join(PROTOCOLS)} (network.protocol; auto picks the fastest)")
+    elif what == "profiles":
+        from simtrain.devices import REPO_PROFILES
+        for f in sorted(REPO_PROFILES.glob("*.yaml")):
+            d = yaml.safe_load(f.read_text())
+            measured = [k for k in ("gemm", "memory_bound", "flash_attention", "collectives", "op_overhead") if d.get(k)]
+            print(f"{f.stem:26s} base {d.get('base')}; " + (f"measured: {', '.join(measured)}" if measured else d.get("status", "no measurements")))
     elif what == "models":
         from simtrain.loading import model_presets
         for k, v in model_presets().items():
@@ -246,8 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--base", required=True, metavar="PRESET", help="the device preset it refines (simtrain list devices)")
     cal.add_argument("-o", "--out", type=Path, required=True, metavar="PROFILE.yaml")
     cal.set_defaults(fn=lambda a: __import__("simtrain.calibration.fit", fromlist=["main"]).main(a))
-    lst = sub.add_parser("list", help="list shipped devices, topologies, schedules, collectives, models")
-    lst.add_argument("what", choices=("devices", "topologies", "schedules", "collectives", "models"))
+    lst = sub.add_parser("list", help="list shipped devices, profiles, topologies, schedules, collectives, models")
+    lst.add_argument("what", choices=("devices", "profiles", "topologies", "schedules", "collectives", "models"))
     lst.set_defaults(fn=cmd_list)
     return ap
 

@@ -127,7 +127,7 @@ def test_out_dir_files(tmp_path, fast_topology):
 
 
 def test_list_commands(capsys):
-    for what in ("devices", "topologies", "schedules", "collectives", "models"):
+    for what in ("devices", "profiles", "topologies", "schedules", "collectives", "models"):
         assert main(["list", what]) == 0
     out = capsys.readouterr().out
     assert "a100-sxm4-80gb" in out and "dgx-a100" in out and "1f1b" in out and "ring" in out and "llama3-405b" in out
