@@ -20,7 +20,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simtrain.collectives import PROTOCOLS, choose  # noqa: E402
+from simtrain.collectives import choose  # noqa: E402
 from simtrain.flows import FlowNetwork  # noqa: E402
 from simtrain.parallel import group_shape  # noqa: E402
 from simtrain.topology import REPO_TOPOLOGIES, load_topology  # noqa: E402
@@ -87,7 +87,7 @@ def main() -> int:
             meas = row["busbw_GBps"]
             pick = choose(coll, size, shape, topo)
             t_a = pick.seconds
-            t_f = min(net.collective_time(coll, size, [group], "ring", pr) for pr in PROTOCOLS)
+            t_f = net.best(coll, size, [group], "ring")[0].seconds
             bw_a = size / t_a * FACTOR[coll](n) / 1e9
             bw_f = size / t_f * FACTOR[coll](n) / 1e9
             ea, ef = bw_a / meas - 1, bw_f / meas - 1

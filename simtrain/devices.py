@@ -145,6 +145,7 @@ class Device:
     gemm_shapes: tuple = ()        # ((gemm_class, ShapeCurve), ...) from a measured profile
     mem_curve: Curve | None = None # memory-bound efficiency by bytes moved, from a measured profile
     profile: str = ""              # the profile file this device comes from, if any
+    base: str = ""                 # the preset a profile refines (empty for a preset itself)
     collectives: tuple = ()        # measured collective sweeps of the profile (dicts)
     op_overhead: float = 0.0       # seconds added to every compute operator (host / launch cost of the stack)
     op_overhead_source: str = ""
@@ -291,7 +292,7 @@ def load_profile(path: str) -> Device:
             errs.add("op_overhead.source", "missing", "say where the overhead was measured")
     errs.raise_if_any()
     return dataclasses.replace(
-        base, key=key, op_overhead=overhead, profile_status=str(doc.get("status", "")), op_overhead_source=str(ov.get("source", "")), name=f"{base.name} (profile {Path(path).name})", gemm=gemm, gemm_shapes=tuple(shapes),
+        base, key=key, base=base.key, op_overhead=overhead, profile_status=str(doc.get("status", "")), op_overhead_source=str(ov.get("source", "")), name=f"{base.name} (profile {Path(path).name})", gemm=gemm, gemm_shapes=tuple(shapes),
         mem_curve=mem_curve, mem_efficiency=base_mem if base_mem is not None else base.mem_efficiency,
         mem_origin=key if mem_curve is not None else base.mem_origin, flash=flash, profile=str(path),
         collectives=tuple(doc.get("collectives") or ()))

@@ -267,11 +267,20 @@ class FlowNetwork:
 
     def cost(self, coll: str, n: float, groups: list, algorithm: str = "ring", protocol: str = "Simple") -> tuple:
         """(Cost, bytes per link, saturated seconds per link) with one protocol's terms."""
+        return self.best(coll, n, groups, algorithm, (protocol,))
+
+    def best(self, coll: str, n: float, groups: list, algorithm: str, protocols=PROTOCOLS) -> tuple:
+        """(Cost, bytes per link, saturated seconds per link) of the fastest of `protocols`: the
+        flows are timed once, the protocols only change the latency and bandwidth-share terms.
+        Raises ValueError where the algorithm cannot lay out the group (halving-doubling on a
+        group that is not a power of two)."""
         data, up, net, moved, sat = self.collective(coll, n, groups, algorithm)
         if up + net == 0:
             return Cost("none", "none", 0.0, 0.0), moved, sat
         up, net = self.latency_steps(coll, n, groups[0], algorithm, (up, net))
-        return with_protocol(algorithm, "ring", coll, protocol, up, net, data, self.topo), moved, sat
+        c = min((with_protocol(algorithm, "ring", coll, pr, up, net, data, self.topo) for pr in protocols),
+                key=lambda c: c.seconds)
+        return c, moved, sat
 
     def latency_steps(self, coll: str, n: float, group: list, algorithm: str, phases: tuple) -> tuple:
         """The latency steps of the closed form (NCCL's pipelined count: a ring over N nodes pays
@@ -409,28 +418,12 @@ class StepFlows:
         if hit is None:
             groups = self.groups[(kind, stage)]
             named = self.algo(coll)
-            algos = [named] if named in FLOW_ALGORITHMS[coll] else [FLOW_ALGORITHMS[coll][0]]
+            ring = FLOW_ALGORITHMS[coll][0]
             protos = PROTOCOLS if self.protocol == "auto" else (self.protocol,)
-            best = None
-            for a in algos:
-                try:
-                    data, up, net, moved, sat = self.net.collective(coll, n, groups, a)
-                except ValueError:      # halving-doubling on a group that is not a power of two
-                    continue
-                if up + net == 0:
-                    best = (Cost("none", "none", 0.0, 0.0), moved, sat)
-                    break
-                up, net = self.net.latency_steps(coll, n, groups[0], a, (up, net))
-                for pr in protos:
-                    c = with_protocol(a, "ring", coll, pr, up, net, data, self.net.topo)
-                    if best is None or c.seconds < best[0].seconds:
-                        best = (c, moved, sat)
-            if best is None:        # the named algorithm does not apply to this group: the ring does
-                data, up, net, moved, sat = self.net.collective(coll, n, groups, FLOW_ALGORITHMS[coll][0])
-                up, net = self.net.latency_steps(coll, n, groups[0], FLOW_ALGORITHMS[coll][0], (up, net))
-                c = min((with_protocol(FLOW_ALGORITHMS[coll][0], "ring", coll, pr, up, net, data, self.net.topo) for pr in protos),
-                        key=lambda c: c.seconds)
-                best = (c, moved, sat)
+            try:
+                best = self.net.best(coll, n, groups, named if named in FLOW_ALGORITHMS[coll] else ring, protos)
+            except ValueError:      # the named algorithm does not fit this group: the ring does
+                best = self.net.best(coll, n, groups, ring, protos)
             hit = self.stats[key] = (best[0].seconds, best[1], best[2], best[0])
         return key, hit[0]
 

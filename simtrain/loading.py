@@ -237,9 +237,9 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
             try:
                 dev = devices.load_profile(str(pfile.resolve()))
                 cluster["device_profile"] = str(pfile.resolve())
-                if cluster.get("device") in devices.preset_names() and devices.get_device(cluster["device"]).key != _base_of(pfile):
-                    errs.add("cluster.device_profile", f"the profile refines {_base_of(pfile)}, not cluster.device {cluster['device']}",
-                             f"set cluster.device: {_base_of(pfile)} or use a profile of {cluster['device']}")
+                if cluster.get("device") in devices.preset_names() and cluster["device"] != dev.base:
+                    errs.add("cluster.device_profile", f"the profile refines {dev.base}, not cluster.device {cluster['device']}",
+                             f"set cluster.device: {dev.base} or use a profile of {cluster['device']}")
             except ConfigError as e:
                 errs.problems.extend(e.problems)
     if cluster and cluster.get("topology"):
@@ -281,10 +281,6 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
         network=NetworkSpec(**network), seed=seed, source_file=str(path),
     )
     return sc, topo
-
-
-def _base_of(profile: Path) -> str:
-    return str((yaml.safe_load(profile.read_text()) or {}).get("base"))
 
 
 def _schedule_defs() -> dict:

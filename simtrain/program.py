@@ -87,9 +87,8 @@ class Lowering:
         # measured collective tables of a calibrated device profile (analytical backend)
         self.measured = getattr(getattr(costs, "dev", None), "collectives", ()) or ()
         self.comm_notes: set = set()
-        self.chosen: dict = {}       # (kind, collective, bytes, group shape) -> collectives.Cost
+        self.chosen: dict = {}       # (kind, collective, bytes, group shape) -> collectives.Cost (analytical)
         self._seg_cache: dict = {}
-        self._coll_cache: dict = {}
         self.pairs: list = []        # (first compute op of each chain) of overlapped pairs
         self.flow = None             # the flow backend's StepFlows, when the scenario asks for it
         if sc.network.backend == "flow":
@@ -116,14 +115,13 @@ class Lowering:
         if self.flow is not None:
             key, dur = self.flow.duration(comm.collective, comm.size_bytes, comm.kind, c.stage)
         else:
-            key = (comm.collective, comm.size_bytes, shape, comm.kind)
-            dur = self._coll_cache.get(key)
-            if dur is None:
+            key = (comm.kind, comm.collective, comm.size_bytes, shape)
+            pick = self.chosen.get(key)
+            if pick is None:
                 net = self.network
-                pick = choose(comm.collective, comm.size_bytes, shape, self.topo,
-                              net.algorithm_for(comm.collective), net.protocol, self.measured, self.comm_notes)
-                dur = self._coll_cache[key] = pick.seconds
-                self.chosen[(comm.kind, comm.collective, comm.size_bytes, shape)] = pick
+                pick = self.chosen[key] = choose(comm.collective, comm.size_bytes, shape, self.topo,
+                                                 net.algorithm_for(comm.collective), net.protocol, self.measured, self.comm_notes)
+            dur = pick.seconds
         op = self._new(c, stream=comm.kind, kind="coll", category=comm.kind, duration=dur,
                        label=f"{comm.collective}:{comm.name}", mb=mb, chunk=chunk, deps=list(deps),
                        rendezvous=(comm.kind, seq, peers) if len(peers) > 1 else None, peers=len(peers),
