@@ -72,13 +72,16 @@ class CalibratedRoofline:
         rec[0], rec[1], rec[2] = min(rec[0], size), max(rec[1], size), rec[2] + 1
 
     @property
+    def outside(self) -> set:
+        """One note per measured curve that lookups fell outside of (the result's calibration_warnings)."""
+        return {f"{self.dev.key}: {what} {lo:.0f}..{hi:.0f}: {n} operator shapes with sizes {mn:.0f}..{mx:.0f}; "
+                "the nearest measured efficiency was used"
+                for (what, lo, hi), (mn, mx, n) in self._outside.items()}
+
+    @property
     def coverage(self) -> set:
         """Notes on every cost not backed by a direct measurement (for the result)."""
-        out = set(self.notes)
-        for (what, lo, hi), (mn, mx, n) in self._outside.items():
-            out.add(f"{self.dev.key}: {what} {lo:.0f}..{hi:.0f}: {n} operator shapes with sizes {mn:.0f}..{mx:.0f}; "
-                    "the nearest measured efficiency was used")
-        return out
+        return set(self.notes) | self.outside
 
     def memory_time(self, nbytes: float) -> float:
         curve = self.dev.mem_curve

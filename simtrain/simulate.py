@@ -181,6 +181,8 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
         "simulated_classes": len(classes),
         "simulated_ops": len(ops),
         "coverage": sorted(costs.coverage | {f"{dev.key}: {n}" for n in low.comm_notes}),
+        # lookups outside what was measured (operator curves, collective tables), never extrapolated silently
+        "calibration_warnings": sorted(getattr(costs, "outside", set()) | {f"{dev.key}: {n}" for n in low.comm_notes}),
     }
     result["collectives"] = collectives_section(low)
     series = None

@@ -109,6 +109,9 @@ def test_calibrate_accepts_bench_output_and_a_scenario_runs_with_the_profile(ben
     res = json.loads((out / "result.json").read_text())
     assert any("measured profile" in n for n in res["coverage"])
     assert any("outside the measured" in n for n in res["coverage"])      # tiny grid: flagged, not extrapolated
+    warn = res["calibration_warnings"]        # operator curves and collective tables stretched beyond what was measured
+    assert any("outside the measured" in n for n in warn) and any("beyond the largest measured size" in n for n in warn)
+    assert all("measured" in n for n in warn) and not any("measured profile" in n for n in warn)
     assert math.isfinite(res["step_time_s"]) and res["step_time_s"] > 0
 
 
