@@ -368,13 +368,14 @@ class StepFlows:
     def __init__(self, sc, topo, place=None):
         from simtrain.parallel import RankGrid
         p = sc.parallel
-        grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
+        grid = RankGrid(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp)
         place = place or list(range(grid.world))
         self.net = FlowNetwork(topo, sc.seed)
         self.algo = sc.network.algorithm_for
         self.protocol = sc.network.protocol
         self.groups: dict = {}     # (kind, stage) -> device lists of its groups
-        for k in ("tp", "dp"):
+        kinds = ["tp", "dp"] + [k for k, n in (("cp", grid.cp), ("ep", grid.ep), ("etp", grid.etp), ("edp", grid.edp)) if n > 1]
+        for k in kinds:
             for g in grid.groups(k):
                 self.groups.setdefault((k, grid.coords(g[0])["stage"]), []).append([place[r] for r in g])
         self.stats: dict = {}      # collective key -> (time, bytes per link, saturated s per link, Cost)

@@ -15,7 +15,8 @@ import yaml
 
 from simtrain import devices
 from simtrain.errors import Collector, ConfigError
-from simtrain.spec import ClusterSpec, ModelSpec, NetworkSpec, ParallelSpec, Scenario, TrainingSpec
+from simtrain.spec import (ClusterSpec, EncoderSpec, MLASpec, ModelSpec, MoESpec, NetworkSpec, ParallelSpec,
+                           RoutingSpec, Scenario, TrainingSpec)
 from simtrain.topology import Topology, find_topology_file, load_topology, parse_value, validate_map
 
 DATA = Path(__file__).parent / "data"
@@ -31,6 +32,48 @@ MODEL_KEYS = {
     "seq_length": ("posint", True, None),
     "tie_embeddings": ("bool", False, False),
     "make_vocab_size_divisible_by": ("posint", False, 128),
+    "moe": ("any", False, None),
+    "mla": ("any", False, None),
+    "encoder": ("any", False, None),
+}
+
+MOE_KEYS = {
+    "num_experts": ("posint", True, None),
+    "top_k": ("posint", True, None),
+    "expert_ffn_hidden_size": ("posint", True, None),
+    "num_shared_experts": ("int", False, 0),
+    "shared_expert_ffn_hidden_size": ("int?", False, None),
+    "shared_expert_gate": ("bool", False, False),
+    "layer_freq": ("posint", False, 1),
+    "first_dense_layers": ("int", False, 0),
+    "capacity_factor": ("float?", False, None),
+    "dispatcher": (("alltoall", "allgather"), False, "alltoall"),
+    "routing": ("any", False, None),
+}
+
+ROUTING_KEYS = {
+    "distribution": (("uniform", "zipf", "explicit"), False, "uniform"),
+    "skew": ("float", False, 1.0),
+    "loads": ("any", False, None),
+    "per_layer": ("bool", False, True),
+}
+
+MLA_KEYS = {
+    "kv_lora_rank": ("posint", True, None),
+    "qk_nope_head_dim": ("posint", True, None),
+    "qk_rope_head_dim": ("posint", True, None),
+    "v_head_dim": ("posint", True, None),
+    "q_lora_rank": ("posint?", False, None),
+}
+
+ENCODER_KEYS = {
+    "num_layers": ("posint", True, None),
+    "hidden_size": ("posint", True, None),
+    "num_attention_heads": ("posint", True, None),
+    "ffn_hidden_size": ("posint", True, None),
+    "tokens_per_sample": ("posint", True, None),
+    "projector": (("mlp", "linear"), False, "mlp"),
+    "pipeline_stages": ("int", False, 0),
 }
 
 TRAINING = {
@@ -46,6 +89,9 @@ PARALLEL = {
     "pp": ("posint", False, 1),
     "dp": ("posint", False, 1),
     "cp": ("posint", False, 1),
+    "cp_kind": (("ring", "allgather", "ulysses"), False, "ring"),
+    "ep": ("posint", False, 1),
+    "etp": ("posint", False, 1),
     "sequence_parallel": ("bool", False, False),
     "zero_stage": ((0, 1, 2, 3), False, 0),
     "schedule": ("str", False, "1f1b"),
@@ -88,6 +134,12 @@ def model_presets() -> dict:
         return yaml.safe_load(f)
 
 
+@lru_cache(maxsize=None)
+def encoder_presets() -> dict:
+    with open(DATA / "encoders.yaml") as f:
+        return yaml.safe_load(f)
+
+
 def apply_overrides(raw: dict, overrides, errs: Collector) -> dict:
     """`--set a.b.c=value`: value parsed as YAML, so `8`, `true`, `"300 GB/s"` and `[7, 8]` all work."""
     raw = copy.deepcopy(raw)
@@ -116,11 +168,6 @@ def _model_from_hf(path: Path, errs: Collector) -> dict:
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         errs.add("model.hf_config", f"cannot read {path} as JSON ({e})", "point it at a Hugging Face config.json")
         return {}
-    for moe in ("num_local_experts", "n_routed_experts", "num_experts", "moe_intermediate_size"):
-        if moe in cfg:
-            herr.add(moe, "mixture-of-experts configs are not simulated by this version", "use a dense model config")
-            errs.extend(herr)
-            return {}
     mt = cfg.get("model_type", "")
     if mt in ("gpt2", "gpt_bigcode", "openai-gpt"):
         h = cfg.get("n_embd", cfg.get("hidden_size"))
@@ -136,12 +183,46 @@ def _model_from_hf(path: Path, errs: Collector) -> dict:
                "ffn_hidden_size": cfg.get("intermediate_size"), "vocab_size": cfg.get("vocab_size"),
                "seq_length": cfg.get("max_position_embeddings"),
                "tie_embeddings": bool(cfg.get("tie_word_embeddings", False))}
+    moe = _moe_from_hf(cfg)
+    if moe:
+        out["moe"] = moe
+        if "n_routed_experts" in cfg and cfg.get("intermediate_size") is not None:
+            out["ffn_hidden_size"] = cfg["intermediate_size"]      # DeepSeek: width of the dense first layers
+    if "kv_lora_rank" in cfg:
+        out["mla"] = {k: cfg.get(k) for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "q_lora_rank")}
+        if out["mla"]["q_lora_rank"] is None:
+            out["mla"].pop("q_lora_rank")
     for k, v in list(out.items()):
         if v is None:
             herr.add(k, "field missing from config.json", "add it to the config or give it under `model:` in the scenario")
             del out[k]
     errs.extend(herr)
     return out
+
+
+def _moe_from_hf(cfg: dict) -> dict:
+    """The MoE fields of a Hugging Face config: Mixtral (num_local_experts, num_experts_per_tok,
+    intermediate_size), Qwen2-MoE (num_experts, moe_intermediate_size, shared_expert_intermediate_size,
+    decoder_sparse_step) and DeepSeek-V2/V3 (n_routed_experts, n_shared_experts, moe_intermediate_size,
+    first_k_dense_replace, moe_layer_freq)."""
+    if "num_local_experts" in cfg:                                    # Mixtral
+        return {"num_experts": cfg["num_local_experts"], "top_k": cfg.get("num_experts_per_tok", 2),
+                "expert_ffn_hidden_size": cfg.get("intermediate_size")}
+    if "n_routed_experts" in cfg:                                     # DeepSeek-V2 / V3
+        shared = cfg.get("n_shared_experts") or 0
+        return {"num_experts": cfg["n_routed_experts"], "top_k": cfg.get("num_experts_per_tok"),
+                "expert_ffn_hidden_size": cfg.get("moe_intermediate_size"),
+                "num_shared_experts": shared,
+                "shared_expert_ffn_hidden_size": shared * (cfg.get("moe_intermediate_size") or 0),
+                "first_dense_layers": cfg.get("first_k_dense_replace", 0) or 0,
+                "layer_freq": cfg.get("moe_layer_freq", 1) or 1}
+    if "num_experts" in cfg and "moe_intermediate_size" in cfg:        # Qwen-MoE
+        width = cfg.get("shared_expert_intermediate_size") or 0
+        return {"num_experts": cfg["num_experts"], "top_k": cfg.get("num_experts_per_tok"),
+                "expert_ffn_hidden_size": cfg["moe_intermediate_size"],
+                "num_shared_experts": 1 if width else 0, "shared_expert_ffn_hidden_size": width,
+                "shared_expert_gate": bool(width), "layer_freq": cfg.get("decoder_sparse_step", 1) or 1}
+    return {}
 
 
 def _resolve_model(raw, base_dir: Path, errs: Collector) -> dict | None:
@@ -170,6 +251,10 @@ def _resolve_model(raw, base_dir: Path, errs: Collector) -> dict | None:
             return None
         merged.update(_model_from_hf(found, errs))
         name = name or found.parent.name or "hf-model"
+    for k in ("moe", "mla", "encoder"):
+        # inline sub-keys refine the preset's section (e.g. `moe: {capacity_factor: 1.25}`)
+        if isinstance(raw.get(k), dict) and isinstance(merged.get(k), dict):
+            raw[k] = {**merged[k], **raw[k]}
     merged.update(raw)                      # inline keys override preset / config values
     if "name" in merged:
         name = merged.pop("name")
@@ -181,7 +266,91 @@ def _resolve_model(raw, base_dir: Path, errs: Collector) -> dict | None:
     if merged.get("architecture") == "llama" and "ffn_hidden_size" not in merged:
         errs.add("model.ffn_hidden_size", "missing (llama models have no default FFN size)", "add `ffn_hidden_size:`")
     v["name"] = name or "custom"
+    v["moe"] = _resolve_moe(v.get("moe"), errs)
+    v["mla"] = _resolve_section(v.get("mla"), MLA_KEYS, "model.mla", errs, MLASpec)
+    v["encoder"] = _resolve_encoder(v.get("encoder"), errs)
     return v
+
+
+def _resolve_section(raw, keys, path, errs, cls):
+    if raw is None:
+        return None
+    before = len(errs.problems)
+    vals = validate_map(raw, keys, path, errs)
+    return cls(**vals) if len(errs.problems) == before else None
+
+
+def _resolve_moe(raw, errs: Collector):
+    if raw is None:
+        return None
+    before = len(errs.problems)
+    v = validate_map(raw, MOE_KEYS, "model.moe", errs)
+    routing = validate_map(v.pop("routing") or {}, ROUTING_KEYS, "model.moe.routing", errs)
+    if len(errs.problems) > before:
+        return None
+    E, k = v["num_experts"], v["top_k"]
+    if k > E:
+        errs.add("model.moe.top_k", f"{k} exceeds num_experts {E}", "route each token to at most num_experts experts")
+    for key in ("num_shared_experts", "first_dense_layers"):
+        if v[key] < 0:
+            errs.add(f"model.moe.{key}", f"expected a whole number >= 0, got {v[key]}", "write e.g. `1`")
+    if v["shared_expert_ffn_hidden_size"] is None:
+        v["shared_expert_ffn_hidden_size"] = v["num_shared_experts"] * v["expert_ffn_hidden_size"]
+    if v["capacity_factor"] is not None and v["capacity_factor"] <= 0:
+        errs.add("model.moe.capacity_factor", f"must be > 0, got {v['capacity_factor']}", "write e.g. `1.25`, or remove it for dropless routing")
+    loads = routing.pop("loads")
+    if routing["distribution"] == "explicit":
+        if not (isinstance(loads, list) and len(loads) == E and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in loads)
+                and sum(loads) > 0):
+            errs.add("model.moe.routing.loads", f"expected {E} non-negative numbers (one share per expert)",
+                     f"write e.g. `[{', '.join(['1'] * min(E, 4))}{', ...' if E > 4 else ''}]`")
+        else:
+            tot = float(sum(loads))
+            loads = tuple(float(x) / tot for x in loads)
+            worst = max(loads)
+            if worst > 1.0 / k + 1e-9:
+                errs.add("model.moe.routing.loads", f"one expert gets {worst:.3f} of the assignments, but with top_k={k} a token picks "
+                         f"{k} different experts, so no expert can take more than 1/{k}",
+                         f"keep every share <= 1/{k} of the total, or set top_k: 1")
+    elif loads is not None:
+        errs.add("model.moe.routing.loads", f"given with distribution {routing['distribution']!r}", "set `distribution: explicit` or remove loads")
+    if routing["skew"] < 0:
+        errs.add("model.moe.routing.skew", f"must be >= 0, got {routing['skew']}", "write e.g. `1.2` (0 is uniform)")
+    if len(errs.problems) > before:
+        return None
+    return MoESpec(**v, routing=RoutingSpec(loads=loads if routing["distribution"] == "explicit" else None, **routing))
+
+
+def _resolve_encoder(raw, errs: Collector):
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        errs.add("model.encoder", "expected a mapping", "give `preset:` (simtrain list encoders) or the encoder fields")
+        return None
+    raw = dict(raw)
+    name = "encoder"
+    if "preset" in raw:
+        pre = raw.pop("preset")
+        presets = encoder_presets()
+        if pre not in presets:
+            errs.add("model.encoder.preset", f"unknown encoder preset {pre!r}", f"use one of: {', '.join(presets)}")
+            return None
+        raw = {**{k: v for k, v in presets[pre].items() if k != "source"}, **raw}
+        name = pre
+    name = raw.pop("name", name)
+    before = len(errs.problems)
+    v = validate_map(raw, ENCODER_KEYS, "model.encoder", errs)
+    if len(errs.problems) > before:
+        return None
+    if v["hidden_size"] % v["num_attention_heads"]:
+        errs.add("model.encoder.hidden_size", f"{v['hidden_size']} is not divisible by num_attention_heads {v['num_attention_heads']}",
+                 "pick a head count that divides the hidden size")
+    if v["pipeline_stages"] < 0:
+        errs.add("model.encoder.pipeline_stages", f"expected 0 or more, got {v['pipeline_stages']}", "0 puts it on the first stage")
+    elif v["pipeline_stages"] and v["num_layers"] % v["pipeline_stages"]:
+        errs.add("model.encoder.pipeline_stages", f"{v['num_layers']} encoder layers do not split into {v['pipeline_stages']} stages",
+                 "use a stage count dividing the encoder's layers")
+    return EncoderSpec(name=name, **v)
 
 
 def load_scenario(path, overrides=()) -> tuple[Scenario, Topology]:
@@ -308,7 +477,7 @@ class _CsvDef:
         return out
 
 
-def _check_stages(p, L, training, errs: Collector) -> None:
+def _check_stages(p, L, training, errs: Collector, encoder_stages: int = 0) -> None:
     """Layer split over the schedule's model stages, and the schedule's own rules (microbatch
     count, vpp), all before anything is simulated."""
     from simtrain.schedules import SCHEDULES
@@ -332,6 +501,17 @@ def _check_stages(p, L, training, errs: Collector) -> None:
         return
     S = d.num_stages(pp, vpp)
     what = f"{S} model stages ({d.name} on pp={pp}" + (f", vpp={vpp}" if vpp > 1 else "") + ")"
+    if encoder_stages:
+        if S != pp:
+            errs.add("model.encoder.pipeline_stages", f"an encoder on its own stages needs a schedule with one model stage per rank, not {what}",
+                     "use 1f1b, gpipe, zb_h1 or zb_h2, or set pipeline_stages: 0 to put the encoder on the first stage")
+            return
+        if pp <= encoder_stages:
+            errs.add("model.encoder.pipeline_stages", f"{encoder_stages} encoder stages leave no stage of pp={pp} for the language model",
+                     f"use pp > {encoder_stages}")
+            return
+        S -= encoder_stages
+        what = f"{S} language-model stages (pp={pp} minus {encoder_stages} encoder stage{'s' if encoder_stages > 1 else ''})"
     lps, first, last = p.get("layers_per_stage"), p.get("first_stage_layers"), p.get("last_stage_layers")
     if lps is not None:
         if first is not None or last is not None:
@@ -361,6 +541,50 @@ def _check_stages(p, L, training, errs: Collector) -> None:
                 errs.add(key, problem, fix)
 
 
+def _check_cp_ep(model, training, p, errs: Collector) -> None:
+    """Context- and expert-parallel rules (Megatron-core's): what each cp_kind needs from the
+    sequence and the heads, and how ep / etp divide the experts and the ranks of a stage."""
+    cp, ep, etp, tp, dp = p.get("cp"), p.get("ep"), p.get("etp"), p.get("tp"), p.get("dp")
+    if None in (cp, ep, etp, tp, dp) or model is None:
+        return
+    if cp > 1:
+        if training and training.get("flash_attention") is False:
+            errs.add("parallel.cp", "context parallelism needs flash attention (its ring / gather kernels are fused attention)",
+                     "set training.flash_attention: true or cp: 1")
+        s, a = model.get("seq_length"), model.get("num_attention_heads")
+        kind = p.get("cp_kind")
+        if kind in ("ring", "allgather") and s and s % (2 * cp):
+            errs.add("model.seq_length", f"{s} is not divisible by 2 x cp = {2 * cp} (causal load balancing splits the sequence into 2·cp chunks)",
+                     f"use a sequence length that is a multiple of {2 * cp}")
+        if kind == "ulysses":
+            if s and s % cp:
+                errs.add("model.seq_length", f"{s} is not divisible by cp = {cp}", f"use a multiple of {cp}")
+            if a and tp and a % tp == 0 and (a // tp) % cp:
+                errs.add("parallel.cp", f"Ulysses splits the {a // tp} heads of a tensor-parallel rank over cp = {cp} ranks, which does not divide them",
+                         "use a cp dividing num_attention_heads / tp, or cp_kind: ring")
+    moe = model.get("moe")
+    if moe is None:
+        if ep > 1 or etp > 1:
+            errs.add("parallel.ep" if ep > 1 else "parallel.etp", "expert parallelism needs a mixture-of-experts model",
+                     "add `model.moe:` (or a MoE preset) or set ep: 1, etp: 1")
+        return
+    if moe.num_experts % ep:
+        errs.add("parallel.ep", f"ep={ep} does not divide num_experts={moe.num_experts}", "use an ep dividing the expert count")
+    if (tp * cp * dp) % (ep * etp):
+        errs.add("parallel.ep", f"etp x ep = {etp} x {ep} does not divide the {tp * cp * dp} ranks of a pipeline stage (tp x cp x dp)",
+                 "choose ep and etp whose product divides tp x cp x dp (Megatron's expert grid etp-ep-edp)")
+    if moe.expert_ffn_hidden_size % etp:
+        errs.add("parallel.etp", f"etp={etp} does not divide expert_ffn_hidden_size={moe.expert_ffn_hidden_size}", "use an etp dividing it")
+    if tp > 1 and not p.get("sequence_parallel"):
+        errs.add("parallel.sequence_parallel", "MoE layers with tp > 1 need sequence parallelism (Megatron-core requires it: the token dispatcher works on sequence-sharded tokens)",
+                 "set sequence_parallel: true")
+    if p.get("zero_stage") == 3:
+        errs.add("parallel.zero_stage", "ZeRO-3 / FSDP sharding of expert weights is not simulated", "use zero_stage 0, 1 or 2 with MoE models")
+    L = model.get("num_layers")
+    if L is not None and moe.first_dense_layers >= L:
+        errs.add("model.moe.first_dense_layers", f"{moe.first_dense_layers} leaves no MoE layer of {L}", "use fewer dense first layers")
+
+
 def _check_placement(p, errs: Collector) -> None:
     pol, dor = p.get("placement"), p.get("device_of_rank")
     from simtrain.parallel import POLICIES
@@ -387,8 +611,7 @@ def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> No
     if p.get("schedule") is not None and p["schedule"] not in SCHEDULES and not p.get("schedule_csv"):
         errs.add("parallel.schedule", f"unknown schedule {p['schedule']!r}", f"use one of: {', '.join(SCHEDULES)}")
     _check_placement(p, errs)
-    if p.get("cp") not in (None, 1):
-        errs.add("parallel.cp", "context parallelism (cp > 1) is not simulated by this version", "set `cp: 1`")
+    _check_cp_ep(model, training, p, errs)
     if model and all(model.get(k) is not None for k in ("num_attention_heads", "hidden_size", "num_layers", "num_key_value_heads")):
         a, h, L, g = model["num_attention_heads"], model["hidden_size"], model["num_layers"], model["num_key_value_heads"]
         if h % a:
@@ -400,7 +623,8 @@ def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> No
             errs.add("parallel.tp", f"tp={tp} does not divide num_attention_heads={a}", f"use a tp that divides {a}")
         elif tp and g % tp and tp % g:
             errs.add("parallel.tp", f"tp={tp} and num_key_value_heads={g}: one must divide the other", "pick tp dividing the KV heads")
-        _check_stages(p, L, training, errs)
+        enc = model.get("encoder")
+        _check_stages(p, L, training, errs, enc.pipeline_stages if enc else 0)
         if p.get("sequence_parallel") and tp and model.get("seq_length") and model["seq_length"] % tp:
             errs.add("parallel.sequence_parallel", f"seq_length {model['seq_length']} is not divisible by tp={tp}", "use a tp dividing the sequence length or turn sequence_parallel off")
     if training and None not in (training.get("global_batch_size"), training.get("micro_batch_size"), p.get("dp")):

@@ -1,9 +1,16 @@
 """Parallel plan (third pipeline stage): rank grid, process groups, placement, equivalence classes.
 
-Rank order is Megatron's `tp-cp-ep-dp-pp`, first varying fastest (ep = 1 in this version):
+Rank order is Megatron's `tp-cp-dp-pp`, first varying fastest:
     rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * stage))
 Worked example (tp 2, cp 1, dp 2, pp 2): rank 5 = 1 + 2*(0 + 1*(0 + 2*1)) -> tp_rank 1, dp_rank 0,
 stage 1; its tp group is {4, 5}, its dp group {5, 7}, its pp group {1, 5}.
+Dense gradients are reduced over dp x cp (every cp rank holds the same weights): the `dp` group
+is the ranks of a stage with the same tp_rank.
+Experts see the same ranks of a stage through Megatron-core's expert grid `etp-ep-edp`
+(etp x ep x edp = tp x cp x dp), first fastest, with w = rank mod (tp·cp·dp):
+    etp_rank = w mod etp,  ep_rank = (w div etp) mod ep,  edp_rank = w div (etp·ep)
+Worked example (tp 1, dp 8, ep 4): ranks 0-3 form an ep group (experts 0..E/4-1 on rank 0, ...),
+{0, 4} an edp group, over which those experts' gradients are reduced.
 Placement maps rank r onto device r of the topology (devices numbered node by node), so a tp
 group of 8 fills one 8-device node.
 
@@ -55,15 +62,27 @@ class RankClass:
     pp_mirror: int | None = None  # the rank at stage pp-1-s of the pp group (DualPipe's twin), when asked for
     link_mirror: str | None = None
     device: int = -1              # the representative rank's device
+    shapes: dict = None           # kind -> GroupShape, every group kind (tp, dp, cp, ep, etp, edp)
+    peers: dict = None            # kind -> sorted class ids present in the group
+    ep_rank: int = 0              # expert-parallel rank (which experts it holds)
 
     @property
     def multiplicity(self) -> int:
         return len(self.ranks)
 
+    def shape_of(self, kind: str) -> GroupShape:
+        return self.shapes[kind]
+
+    def peers_of(self, kind: str) -> tuple:
+        return self.peers[kind]
+
 
 class RankGrid:
-    def __init__(self, tp: int, cp: int, dp: int, pp: int):
+    def __init__(self, tp: int, cp: int, dp: int, pp: int, ep: int = 1, etp: int = 1):
         self.tp, self.cp, self.dp, self.pp = tp, cp, dp, pp
+        self.ep, self.etp = ep, etp
+        self.per_stage = tp * cp * dp
+        self.edp = self.per_stage // (ep * etp)
         self.world = tp * cp * dp * pp
 
     def coords(self, rank: int) -> dict:
@@ -73,27 +92,28 @@ class RankGrid:
         r //= self.cp
         dp_rank = r % self.dp
         stage = r // self.dp
-        return {"tp_rank": tp_rank, "cp_rank": cp_rank, "dp_rank": dp_rank, "stage": stage}
+        w = rank % self.per_stage
+        return {"tp_rank": tp_rank, "cp_rank": cp_rank, "dp_rank": dp_rank, "stage": stage,
+                "etp_rank": w % self.etp, "ep_rank": (w // self.etp) % self.ep, "edp_rank": w // (self.etp * self.ep)}
 
     def rank(self, tp_rank: int, cp_rank: int, dp_rank: int, stage: int) -> int:
         return tp_rank + self.tp * (cp_rank + self.cp * (dp_rank + self.dp * stage))
 
+    # what a group of each kind holds fixed (its members differ only in the other coordinates)
+    _FIXED = {"tp": ("stage", "cp_rank", "dp_rank"), "cp": ("stage", "tp_rank", "dp_rank"),
+              "dp": ("stage", "tp_rank"), "pp": ("tp_rank", "cp_rank", "dp_rank"),
+              "etp": ("stage", "ep_rank", "edp_rank"), "ep": ("stage", "etp_rank", "edp_rank"),
+              "edp": ("stage", "etp_rank", "ep_rank")}
+
     def groups(self, kind: str) -> list[tuple]:
-        """All groups of one kind, each a tuple of ranks, ordered by rank."""
-        out = []
-        dims = {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp}
-        for base in range(self.world):
-            c = self.coords(base)
-            key = {"tp": "tp_rank", "cp": "cp_rank", "dp": "dp_rank", "pp": "stage"}[kind]
-            if c[key] != 0:
-                continue
-            members = []
-            for i in range(dims[kind]):
-                cc = dict(c)
-                cc[key] = i
-                members.append(self.rank(cc["tp_rank"], cc["cp_rank"], cc["dp_rank"], cc["stage"]))
-            out.append(tuple(members))
-        return out
+        """All groups of one kind, each a tuple of ranks in rank order, ordered by first member.
+        `dp` is the gradient-reduction group: data- and context-parallel ranks together."""
+        fixed = self._FIXED[kind]
+        out: dict = {}
+        for r in range(self.world):
+            c = self.coords(r)
+            out.setdefault(tuple(c[k] for k in fixed), []).append(r)
+        return [tuple(g) for g in out.values()]
 
     def group_index(self, groups: list) -> list[int]:
         """For each rank, the index of its group in `groups` (as returned by `groups(kind)`)."""
@@ -260,15 +280,19 @@ def placement_of(sc, grid: RankGrid, topo: Topology) -> list[int]:
     return placement(grid, topo, p.placement, sc.seed, p.device_of_rank)
 
 
-def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool = False) -> list[RankClass]:
+def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool = False, ep_split: bool = False) -> list[RankClass]:
     """`mirror`: also keep every rank's mirror (stage pp-1-s) consistent, for schedules whose ranks
-    exchange gradients with it."""
+    exchange gradients with it. `ep_split`: ranks of different expert-parallel rank run different
+    programs (uneven expert loads), so the ep_rank is part of the signature."""
     place = place or placement(grid, topo)
-    tp_groups, dp_groups, pp_groups = grid.groups("tp"), grid.groups("dp"), grid.groups("pp")
-    tp_of, dp_of = grid.group_index(tp_groups), grid.group_index(dp_groups)
-    tp_shapes = [group_shape([place[r] for r in g], topo) for g in tp_groups]
-    dp_shapes = [group_shape([place[r] for r in g], topo) for g in dp_groups]
-    stage = [grid.coords(r)["stage"] for r in range(grid.world)]
+    kinds = ["tp", "dp"] + [k for k, n in (("cp", grid.cp), ("ep", grid.ep), ("etp", grid.etp), ("edp", grid.edp)) if n > 1]
+    groups = {k: grid.groups(k) for k in kinds}
+    index = {k: grid.group_index(g) for k, g in groups.items()}
+    shapes = {k: [group_shape([place[r] for r in g], topo) for g in gs] for k, gs in groups.items()}
+    pp_groups = grid.groups("pp")
+    coords = [grid.coords(r) for r in range(grid.world)]
+    stage = [c["stage"] for c in coords]
+    ep_key = [c["ep_rank"] if ep_split else 0 for c in coords]
     prev = [None] * grid.world
     nxt = [None] * grid.world
     for g in pp_groups:
@@ -288,13 +312,12 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
                 mir[r] = g[len(g) - 1 - i]
     link_mir = [topo.link_class_name(place[r], place[mir[r]]) if mir[r] is not None else None for r in range(grid.world)]
 
-    sig = [(stage[r], tp_shapes[tp_of[r]], dp_shapes[dp_of[r]], link_prev[r], link_next[r], link_wrap[r], link_mir[r])
+    sig = [(stage[r], ep_key[r], tuple(shapes[k][index[k][r]] for k in kinds), link_prev[r], link_next[r], link_wrap[r], link_mir[r])
            for r in range(grid.world)]
     cls = _ids(sig)
     while True:
-        tp_ms = [tuple(sorted(Counter(cls[r] for r in g).items())) for g in tp_groups]
-        dp_ms = [tuple(sorted(Counter(cls[r] for r in g).items())) for g in dp_groups]
-        sig2 = [(cls[r], tp_ms[tp_of[r]], dp_ms[dp_of[r]],
+        ms = {k: [tuple(sorted(Counter(cls[r] for r in g).items())) for g in gs] for k, gs in groups.items()}
+        sig2 = [(cls[r], tuple(ms[k][index[k][r]] for k in kinds),
                  cls[prev[r]] if prev[r] is not None else -1, cls[nxt[r]] if nxt[r] is not None else -1,
                  cls[wrap[r]] if wrap[r] is not None else -1, cls[mir[r]] if mir[r] is not None else -1)
                 for r in range(grid.world)]
@@ -309,17 +332,17 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
     for c in sorted(members, key=lambda c: members[c][0]):
         rs = members[c]
         r0 = rs[0]
+        shp = {k: shapes[k][index[k][r0]] for k in kinds}
+        prs = {k: tuple(sorted({cls[r] for r in groups[k][index[k][r0]]})) for k in kinds}
         out.append(RankClass(
             id=c, stage=stage[r0], ranks=tuple(rs),
-            tp_shape=tp_shapes[tp_of[r0]], dp_shape=dp_shapes[dp_of[r0]],
-            tp_peers=tuple(sorted({cls[r] for r in tp_groups[tp_of[r0]]})),
-            dp_peers=tuple(sorted({cls[r] for r in dp_groups[dp_of[r0]]})),
+            tp_shape=shp["tp"], dp_shape=shp["dp"], tp_peers=prs["tp"], dp_peers=prs["dp"],
             pp_prev=cls[prev[r0]] if prev[r0] is not None else None,
             pp_next=cls[nxt[r0]] if nxt[r0] is not None else None,
             link_prev=link_prev[r0], link_next=link_next[r0],
             pp_wrap=cls[wrap[r0]] if wrap[r0] is not None else None, link_wrap=link_wrap[r0],
             pp_mirror=cls[mir[r0]] if mir[r0] is not None else None, link_mirror=link_mir[r0],
-            device=place[r0],
+            device=place[r0], shapes=shp, peers=prs, ep_rank=coords[r0]["ep_rank"],
         ))
     return out
 

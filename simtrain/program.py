@@ -4,7 +4,10 @@ One program per equivalence class of ranks. Streams, like CUDA streams, issue th
   compute   forward / backward segments, optimizer step (waits for tensor-parallel collectives,
             which Megatron issues synchronously between the column- and row-parallel GEMMs)
   tp        tensor-parallel collectives
-  dp        data-parallel gradient reduction and parameter gathering
+  dp        data-parallel gradient reduction and parameter gathering (dense weights over dp x cp,
+            expert weights over the expert-data-parallel group)
+  cp        context-parallel KV exchange (ring rounds overlap the attention rounds on compute)
+  ep, etp   MoE token dispatch / combine over the expert-parallel group, gathers over etp
   pp_next   pipeline sends to the next rank, pp_prev to the previous one (the receiver's compute
             op depends on the matching send; a hand-over between two chunks of one rank is a
             plain dependency)
@@ -32,7 +35,7 @@ from simtrain.parallel import RankClass
 from simtrain.schedules import Action, Schedule
 from simtrain.spec import Scenario
 from simtrain.topology import Topology
-from simtrain.workload import ACT_BYTES, Comm, StageWork
+from simtrain.workload import ACT_BYTES, Comm, Ring, StageWork
 
 OPT_BYTES_PER_PARAM = 34.0
 """Adam step with fp32 master weights, memory-bound: read grad, master, m, v (4 x 4 B), write
@@ -74,15 +77,16 @@ def stream_sequences(ops: list) -> dict:
 
 
 class Lowering:
-    def __init__(self, sc: Scenario, topo: Topology, work: tuple, classes: list, sched: Schedule, costs, place=None):
+    def __init__(self, sc: Scenario, topo: Topology, work: tuple, classes: list, sched: Schedule, costs, place=None,
+                 work_of=None):
+        """`work_of(ep_rank)`: the workload as an expert-parallel rank sees it (uneven expert
+        loads); by default every rank runs `work`."""
         self.sc, self.topo, self.work, self.classes, self.sched, self.costs = sc, topo, work, classes, sched, costs
+        self.work_of = work_of or (lambda ep_rank: work)
         self.ops: list = []
         self.send_of: dict = {}      # (class id, F|B, mb, chunk) -> send op id
         self.pending_recv: list = [] # (op, producer class, F|B, mb, chunk) resolved after all classes
-        p, t = sc.parallel, sc.training
-        self.grad_bytes = 2.0 if t.precision == "fp16" else 4.0
-        tokens = t.micro_batch_size * sc.model.seq_length
-        self.pp_msg = ACT_BYTES * tokens * sc.model.hidden_size / (p.tp if p.sequence_parallel and p.tp > 1 else 1)
+        self.grad_bytes = 2.0 if sc.training.precision == "fp16" else 4.0
         self.network = sc.network
         # measured collective tables of a calibrated device profile (analytical backend)
         self.measured = getattr(getattr(costs, "dev", None), "collectives", ()) or ()
@@ -110,9 +114,15 @@ class Lowering:
         return hit[0], hit[1]
 
     def comm_op(self, c: RankClass, comm: Comm, deps, mb, seq, transient=0.0, chunk=0) -> EOp:
-        shape = c.tp_shape if comm.kind == "tp" else c.dp_shape
-        peers = c.tp_peers if comm.kind == "tp" else c.dp_peers
-        if self.flow is not None:
+        shape = c.shape_of(comm.kind)
+        peers = c.peers_of(comm.kind)
+        category = "dp" if comm.kind == "edp" else ("ep" if comm.kind == "etp" else comm.kind)
+        if comm.collective == "send_recv":
+            # one round of a ring exchange: every member sends one block to its ring successor at
+            # once, so a round takes one block over the widest hop the group spans
+            key = (comm.kind, comm.collective, comm.size_bytes, shape)
+            dur = p2p_time(comm.size_bytes, shape.span or "scale_up", self.topo)
+        elif self.flow is not None:
             key, dur = self.flow.duration(comm.collective, comm.size_bytes, comm.kind, c.stage)
         else:
             key = (comm.kind, comm.collective, comm.size_bytes, shape)
@@ -122,11 +132,11 @@ class Lowering:
                 pick = self.chosen[key] = choose(comm.collective, comm.size_bytes, shape, self.topo,
                                                  net.algorithm_for(comm.collective), net.protocol, self.measured, self.comm_notes)
             dur = pick.seconds
-        op = self._new(c, stream=comm.kind, kind="coll", category=comm.kind, duration=dur,
+        op = self._new(c, stream=comm.kind, kind="coll", category=category, duration=dur,
                        label=f"{comm.collective}:{comm.name}", mb=mb, chunk=chunk, deps=list(deps),
                        rendezvous=(comm.kind, seq, peers) if len(peers) > 1 else None, peers=len(peers),
                        bytes=comm.size_bytes, transient=transient)
-        if self.flow is not None:
+        if self.flow is not None and comm.collective != "send_recv":
             self.flow.key_of[op.id] = key
             op.load = self.flow.load(key, c.multiplicity / self.flow.per_stage)
         return op
@@ -164,12 +174,14 @@ class _ClassLowering:
             if a.kind in ("W", "BW"):
                 self.final_w[a.chunk] = i
         self.bucket_params = 0.0
-        self.dp_on = self.p.dp > 1
+        self.bucket_expert = 0.0
+        self.dp_on = self.p.dp * self.p.cp > 1
+        self.edp_on = self.sc.expert_dp > 1 and self.sc.model.moe is not None
         self.zero = self.p.zero_stage
 
     # -- helpers --------------------------------------------------------------------------------
     def work(self, chunk: int) -> StageWork:
-        return self.low.work[self.sched.stage_of[self.rank][chunk]]
+        return self.low.work_of(self.c.ep_rank)[self.sched.stage_of[self.rank][chunk]]
 
     def next_seq(self, kind: str) -> int:
         self.seqs[kind] = self.seqs.get(kind, 0) + 1
@@ -184,6 +196,10 @@ class _ClassLowering:
         last = None
         deps = list(first_deps)
         for it in items:
+            if isinstance(it, Ring):
+                last = self.ring(it, category, a, deps, last, transient)
+                deps = []
+                continue
             if isinstance(it, Comm):
                 if last is not None:
                     deps = deps + [last.id]
@@ -204,6 +220,26 @@ class _ClassLowering:
             last = low._new(c, stream="compute", kind="compute", category=category, duration=0.0,
                             label=f"{category}{a.microbatch}:wait", mb=a.microbatch, chunk=a.chunk, deps=list(deps))
         return last
+
+    def ring(self, ring: Ring, category, a: Action, deps, last, transient):
+        """Ring attention rounds: round i's compute waits for transfer i-1; transfer i forwards
+        the block that arrived in transfer i-1 (the first sends the local K, V once the
+        projections before the ring are done). Transfers are cp-group collectives."""
+        low, c = self.low, self.c
+        d, label = low.seg_time(ring.segment)
+        start = list(deps) + ([last.id] if last is not None else [])
+        prev_x = None
+        out = None
+        for i in range(ring.steps):
+            if i < ring.steps - 1:
+                xdeps = [prev_x.id] if prev_x is not None else list(start)
+                x = low.comm_op(c, ring.comm, xdeps, a.microbatch, self.next_seq("cp"), chunk=a.chunk)
+            cdeps = ([prev_x.id] if prev_x is not None else [d_ for d_ in start if low.ops[d_].stream != "compute"])
+            out = low._new(c, stream="compute", kind="compute", category=category, duration=d,
+                           label=f"{category}{a.microbatch}" + (f".{a.chunk}" if self.sched.chunks > 1 else "") + f":ring{i}:{label}",
+                           mb=a.microbatch, chunk=a.chunk, deps=cdeps, transient=transient)
+            prev_x = x if i < ring.steps - 1 else None
+        return out
 
     def _neighbour(self, r: int):
         """(class id, link class, send stream) of pipeline rank r seen from this rank; the two ends
@@ -233,13 +269,17 @@ class _ClassLowering:
             return
         _, link, stream = self._neighbour(r)
         flow, load = self.low.flow, ()
+        # activations go to the next model stage, their gradients come back: the size of what the
+        # earlier of the two stages produces (the same for every language-model stage)
+        ms = self.sched.stage_of[self.rank][a.chunk]
+        nbytes = self.low.work_of(self.c.ep_rank)[ms if kind == "F" else ms - 1].send_bytes
         if flow is not None:
-            key, dur, load = flow.p2p(self.c, r, self.low.pp_msg, link)
+            key, dur, load = flow.p2p(self.c, r, nbytes, link)
         else:
-            dur = p2p_time(self.low.pp_msg, link, self.low.topo)
+            dur = p2p_time(nbytes, link, self.low.topo)
         snd = self.low._new(self.c, stream=stream, kind="send", category="pp", duration=dur, load=load,
                             label=f"send_{'act' if kind == 'F' else 'grad'}{a.microbatch}" + (f".{a.chunk}" if self.sched.chunks > 1 else ""),
-                            mb=a.microbatch, chunk=a.chunk, deps=[last.id], bytes=self.low.pp_msg)
+                            mb=a.microbatch, chunk=a.chunk, deps=[last.id], bytes=nbytes)
         self.low.send_of[(self.c.id, kind, a.microbatch, a.chunk)] = snd.id
         if flow is not None:
             flow.key_of[snd.id] = key
@@ -249,10 +289,10 @@ class _ClassLowering:
         low, w = self.low, self.work(a.chunk)
         edge_ag = self.edge_gather(w, a)
         start = len(low.ops)
-        layer_p = w.layer_params
         last = self.items(w.pre.forward, "F", a, []) if w.pre is not None else None
         ends = []
         for l in range(w.num_layers):
+            layer_p = w.layer_dense[l] + w.layer_expert[l]
             ldeps = [last.id] if last is not None and last.stream != "compute" else []
             if idx == self.first_f.get(a.chunk) and (a.chunk, l) in self.param_gather:
                 ldeps.append(self.param_gather[(a.chunk, l)])
@@ -261,7 +301,7 @@ class _ClassLowering:
                 ag = self.dp_comm("all_gather", ACT_BYTES * layer_p, f"fsdp_ag_l{l}",
                                   [ends[-2].id] if len(ends) >= 2 else [], a.microbatch, a.chunk)
                 ldeps.append(ag.id)
-            last = self.items(w.layer.forward, "F", a, ldeps)
+            last = self.items(w.layers[l].forward, "F", a, ldeps)
             ends.append(last)
         if w.post is not None:
             last = self.items(w.post.forward, "F", a, [])
@@ -293,13 +333,14 @@ class _ClassLowering:
         for l in reversed(range(w.num_layers)):
             ldeps = [last.id] if last is not None and last.stream != "compute" else []
             if self.zero == 3 and self.dp_on:
-                ag = self.dp_comm("all_gather", ACT_BYTES * w.layer_params, f"fsdp_ag_bwd_l{l}",
+                ag = self.dp_comm("all_gather", ACT_BYTES * (w.layer_dense[l] + w.layer_expert[l]), f"fsdp_ag_bwd_l{l}",
                                   [ends[-2].id] if len(ends) >= 2 else [], a.microbatch, a.chunk)
                 ldeps.append(ag.id)
-            if w.layer.recompute:
-                last = self.items(w.layer.recompute, a.kind, a, ldeps, transient=tr)
+            lp = w.layers[l]
+            if lp.recompute:
+                last = self.items(lp.recompute, a.kind, a, ldeps, transient=tr)
                 ldeps = [last.id] if last.stream != "compute" else []
-            last = self.items(part(w.layer), a.kind, a, ldeps, transient=tr)
+            last = self.items(part(lp), a.kind, a, ldeps, transient=tr)
             ends.append(last)
             if not split:
                 self.layer_grads_done(w, l, last, a, final)
@@ -336,7 +377,7 @@ class _ClassLowering:
         dep = [self.local_end[("Bdone", a.microbatch, a.chunk)]]
         last = self.items(w.post.backward_weight, "W", a, dep) if w.post is not None and w.post.backward_weight else None
         for l in reversed(range(w.num_layers)):
-            last = self.items(w.layer.backward_weight, "W", a, dep if last is None else [])
+            last = self.items(w.layers[l].backward_weight, "W", a, dep if last is None else [])
             self.layer_grads_done(w, l, last, a, final)
         if w.pre is not None and w.pre.backward_weight:
             last = self.items(w.pre.backward_weight, "W", a, [])
@@ -347,7 +388,7 @@ class _ClassLowering:
         self.flush_bucket(a, last, final)
 
     def _edge_params(self, w: StageWork) -> float:
-        return w.params - w.num_layers * w.layer_params if self.zero == 3 and self.dp_on else 0.0
+        return w.params - sum(w.layer_dense) - sum(w.layer_expert) if self.zero == 3 and self.dp_on else 0.0
 
     def edge_gather(self, w: StageWork, a: Action):
         """ZeRO-3 also shards the embedding / LM head: they are gathered before the action (issued
@@ -371,17 +412,32 @@ class _ClassLowering:
                              self.low.grad_bytes * self.bucket_params, "grad_bucket", [last.id], a.microbatch, a.chunk)
             self.grad_ops.append(g.id)
             self.bucket_params = 0.0
+        if final and self.edp_on and self.p.overlap_grad_reduce and self.bucket_expert > 0:
+            self.grad_ops.append(self.expert_reduce(self.bucket_expert, [last.id], a).id)
+            self.bucket_expert = 0.0
+
+    def expert_reduce(self, nparams: float, deps, a: Action | None):
+        """Expert gradients are reduced over the expert-data-parallel group (Megatron-core)."""
+        mb, ch = (a.microbatch, a.chunk) if a is not None else (-1, 0)
+        return self.low.comm_op(self.c, Comm("edp", "all_reduce" if self.zero == 0 else "reduce_scatter",
+                                             self.low.grad_bytes * nparams, "expert_grad_bucket"),
+                                deps, mb, self.next_seq("edp"), chunk=ch)
 
     def layer_grads_done(self, w: StageWork, l: int, last: EOp, a: Action, final: bool) -> None:
         """A layer's weight gradient is complete: ZeRO-3 reduce-scatters it per microbatch; otherwise
         the chunk's final backward fills gradient buckets that reduce while the backward goes on."""
+        if final and self.edp_on and self.p.overlap_grad_reduce and w.layer_expert[l] > 0:
+            self.bucket_expert += w.layer_expert[l]
+            if self.bucket_expert >= self.p.bucket_size_params:
+                self.grad_ops.append(self.expert_reduce(self.bucket_expert, [last.id], a).id)
+                self.bucket_expert = 0.0
         if not self.dp_on:
             return
         if self.zero == 3:
-            rs = self.dp_comm("reduce_scatter", self.low.grad_bytes * w.layer_params, f"fsdp_rs_l{l}", [last.id], a.microbatch, a.chunk)
+            rs = self.dp_comm("reduce_scatter", self.low.grad_bytes * w.layer_dense[l], f"fsdp_rs_l{l}", [last.id], a.microbatch, a.chunk)
             self.grad_ops.append(rs.id)
         elif final and self.p.overlap_grad_reduce:
-            self.bucket_params += w.layer_params
+            self.bucket_params += w.layer_dense[l]
             if self.bucket_params >= self.p.bucket_size_params:
                 g = self.dp_comm("all_reduce" if self.zero == 0 else "reduce_scatter",
                                  self.low.grad_bytes * self.bucket_params, "grad_bucket", [last.id], a.microbatch, a.chunk)
@@ -395,8 +451,9 @@ class _ClassLowering:
         if self.zero in (1, 2) and self.dp_on and p.overlap_param_gather:
             # the previous step's parameter all-gather overlaps this step's first forward, bucket by bucket
             for ch in range(len(chunks)):
-                for l in range(self.work(ch).num_layers):
-                    op = self.dp_comm("all_gather", ACT_BYTES * self.work(ch).layer_params, f"param_ag_l{l}", [], -1, ch)
+                w = self.work(ch)
+                for l in range(w.num_layers):
+                    op = self.dp_comm("all_gather", ACT_BYTES * w.layer_dense[l], f"param_ag_l{l}", [], -1, ch)
                     self.param_gather[(ch, l)] = op.id
         i = 0
         acts = self.acts
@@ -425,36 +482,48 @@ class _ClassLowering:
     def finish(self, chunks) -> None:
         low, p, c = self.low, self.p, self.c
         params = sum(self.work(ch).params for ch in range(len(chunks)))
+        expert = sum(self.work(ch).expert_params for ch in range(len(chunks)))
+        dense = params - expert
+        dpcp, edp = p.dp * p.cp, self.sc.expert_dp
         last_idx = max(self.final_w.values())
         last_a = self.acts[last_idx]
         last_op = self.local_end[("W", last_a.microbatch, last_a.chunk)]
         # remaining gradients (embedding/head and any partial bucket, or everything without overlap)
-        if self.dp_on and self.zero < 3:
-            sent = sum(low.ops[g].bytes for g in self.grad_ops) / low.grad_bytes
-            left = params - sent if p.overlap_grad_reduce else params
+        for on, stream, total in ((self.dp_on and self.zero < 3, "dp", dense), (self.edp_on, "edp", expert)):
+            if not on:
+                continue
+            sent = sum(low.ops[g].bytes for g in self.grad_ops if low.ops[g].stream == stream) / low.grad_bytes
+            left = total - sent if p.overlap_grad_reduce else total
             while left > 1e-6:
                 take = left if p.overlap_grad_reduce else min(left, p.bucket_size_params)
-                g = self.dp_comm("all_reduce" if self.zero == 0 else "reduce_scatter", low.grad_bytes * take,
-                                 "grad_bucket", [last_op], -1)
+                if stream == "dp":
+                    g = self.dp_comm("all_reduce" if self.zero == 0 else "reduce_scatter", low.grad_bytes * take,
+                                     "grad_bucket", [last_op], -1)
+                else:
+                    g = self.expert_reduce(take, [last_op], None)
                 self.grad_ops.append(g.id)
                 left -= take
         opt_deps = list(self.grad_ops) or [last_op]
+        shard = (dense / (dpcp if self.zero >= 1 and self.dp_on else 1)
+                 + expert / (edp if self.zero >= 1 and self.edp_on else 1))
         if self.sched.duplicated_stages and c.pp_mirror is not None:
             # DualPipe: rank r and rank pp-1-r hold the same two stages, so their gradients are
             # summed: a 2-rank all-reduce of the rank's gradients (both chunks; the local shard
             # after the dp reduce-scatter under ZeRO >= 1). A 2-rank ring all-reduce of N bytes
             # sends N/2 twice each way: N / B, one exchange of N.
-            n = low.grad_bytes * params / (p.dp if self.zero >= 1 and self.dp_on else 1)
+            n = low.grad_bytes * shard
             peers = tuple(sorted({c.id, c.pp_mirror}))
             ex = low._new(c, stream="dp", kind="coll", category="dp", duration=p2p_time(n, c.link_mirror, low.topo),
                           label="twin_grad_all_reduce", deps=list(opt_deps), bytes=n,
                           rendezvous=("twin", 1, peers) if len(peers) > 1 else None, peers=len(peers))
             opt_deps = [ex.id]
-        local = params / (p.dp if self.zero >= 1 else 1)
+        local = dense / (dpcp if self.zero >= 1 else 1) + expert / (edp if self.zero >= 1 else 1)
         opt = low._new(c, stream="compute", kind="compute", category="opt",
                        duration=low.costs.memory_time(OPT_BYTES_PER_PARAM * local), label="optimizer_step", deps=opt_deps)
         if self.zero in (1, 2) and self.dp_on and not p.overlap_param_gather:
-            self.dp_comm("all_gather", ACT_BYTES * params, "param_all_gather", [opt.id], -1)
+            self.dp_comm("all_gather", ACT_BYTES * dense, "param_all_gather", [opt.id], -1)
+        if self.zero in (1, 2) and self.edp_on:
+            low.comm_op(c, Comm("edp", "all_gather", ACT_BYTES * expert, "expert_param_all_gather"), [opt.id], -1, self.next_seq("edp"))
 
 
 def merge_pair(ops: list, s0: int, s1: int, s2: int) -> tuple:

@@ -12,7 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
-KINDS = ("tp", "pp", "dp")
+KINDS = ("tp", "cp", "ep", "pp", "dp")
 
 
 def attribute(ops: list, tl, classes: list) -> dict:

@@ -41,28 +41,29 @@ class StepRun:
     link_series: dict = None      # busiest links -> [(time, utilisation)] (flow backend)
 
 
-def static_memory(sc: Scenario, params: float) -> dict:
+def static_memory(sc: Scenario, params: float, expert_params: float = 0.0) -> dict:
     """Per-rank bytes of weights, gradients and optimizer state (Megatron distributed-optimizer table,
     Megatron-LM docs/source/api-guide/dist_optimizer.md: bf16 params with fp32 grads = 2 + 4 + 12
     bytes per parameter, fp16 = 2 + 2 + 16; ZeRO-1 shards the optimizer over dp, ZeRO-2 also the
-    gradients, ZeRO-3 also the weights)."""
+    gradients, ZeRO-3 also the weights). Dense weights shard over the dp x cp ranks that hold them,
+    expert weights (`expert_params` of `params`) over the expert-data-parallel group."""
     p = sc.parallel
     fp16 = sc.training.precision == "fp16"
     wb, gb, ob = 2.0, (2.0 if fp16 else 4.0), (16.0 if fp16 else 12.0)
-    dp = p.dp
+    dense = params - expert_params
+    dp, edp = p.dp * p.cp, sc.expert_dp
     z = p.zero_stage
-    return {
-        "weights": params * wb / (dp if z >= 3 else 1),
-        "gradients": params * gb / (dp if z >= 2 else 1),
-        "optimizer": params * ob / (dp if z >= 1 else 1),
-    }
+
+    def part(nbytes, stage):
+        return dense * nbytes / (dp if z >= stage else 1) + expert_params * nbytes / (edp if z >= stage else 1)
+    return {"weights": part(wb, 3), "gradients": part(gb, 2), "optimizer": part(ob, 1)}
 
 
 def comm_buffers(sc: Scenario, layer_params: float) -> float:
     """Estimate: pipeline send + receive buffers (2 activation messages), one tensor-parallel
     collective buffer, and under ZeRO-3 two gathered layers (current + prefetched)."""
     p, t = sc.parallel, sc.training
-    tokens = t.micro_batch_size * sc.model.seq_length
+    tokens = t.micro_batch_size * sc.model.seq_length / p.cp
     msg = ACT_BYTES * tokens * sc.model.hidden_size
     out = 0.0
     if p.pp > 1:
@@ -97,6 +98,60 @@ def collectives_section(low) -> list:
     return out
 
 
+def moe_section(sc: Scenario, low, ops, tl) -> dict:
+    """Routing and expert-parallel traffic of the step: per MoE layer, how uneven the expert-parallel
+    ranks' loads are (largest rank's tokens over the mean) and what fraction of the assignments the
+    capacity factor dropped; per rank and microbatch, the dispatch + combine bytes sent; and which
+    expert-parallel rank is slowest (the most compute time)."""
+    from simtrain.workload import routing_shares
+    p, moe = sc.parallel, sc.model.moe
+    per = moe.num_experts // p.ep
+    layers = []
+    for i, (shares, dropped) in enumerate(routing_shares(sc)):
+        rank = [sum(shares[j * per:(j + 1) * per]) for j in range(p.ep)]
+        mean = sum(rank) / p.ep
+        layers.append({"layer": i, "imbalance": (max(rank) / mean) if mean > 0 else 0.0, "dropped_fraction": dropped,
+                       "hottest_ep_rank": max(range(p.ep), key=lambda j: (rank[j], -j))})
+    a2a = {}
+    for op in ops:
+        if op.stream == "ep":
+            a2a[op.cls] = a2a.get(op.cls, 0.0) + op.bytes
+    comp = {}
+    for op in ops:
+        if op.stream == "compute":
+            comp[op.cls] = comp.get(op.cls, 0.0) + tl.end[op.id] - tl.start[op.id]
+    slow = max(low.classes, key=lambda c: (comp.get(c.id, 0.0), -c.id))
+    m = sc.num_microbatches
+    return {
+        "num_experts": moe.num_experts, "top_k": moe.top_k, "ep": p.ep, "etp": p.etp, "expert_dp": sc.expert_dp,
+        "routing": moe.routing.distribution, "capacity_factor": moe.capacity_factor,
+        "dropped_fraction_mean": sum(x["dropped_fraction"] for x in layers) / max(len(layers), 1),
+        "imbalance_max": max((x["imbalance"] for x in layers), default=1.0),
+        "ep_bytes_per_rank_per_microbatch": max(a2a.values(), default=0.0) / max(m, 1),
+        "slowest_ep_rank": slow.ep_rank, "slowest_rank": slow.ranks[0],
+        "layers": layers,
+    }
+
+
+def cp_section(sc: Scenario, work) -> dict:
+    """Context parallelism: the kind, tokens per rank, and per layer and microbatch the KV bytes
+    each rank sends (forward, backward)."""
+    from simtrain.workload import Comm, Ring
+    lp = work[-1].layers[-1]
+    def sent(items):
+        tot = 0.0
+        for it in items:
+            if isinstance(it, Ring):
+                tot += (it.steps - 1) * it.comm.size_bytes
+            elif isinstance(it, Comm) and it.kind == "cp":
+                n = sc.parallel.cp
+                tot += it.size_bytes * ((n - 1) / n)
+        return tot
+    return {"cp": sc.parallel.cp, "cp_kind": sc.parallel.cp_kind,
+            "tokens_per_rank": sc.training.micro_batch_size * sc.model.seq_length / sc.parallel.cp,
+            "bytes_sent_per_layer_forward": sent(lp.forward), "bytes_sent_per_layer_backward": sent(lp.backward)}
+
+
 def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
     """`costs` replaces the calibrated compute cost model (any ComputeCostModel)."""
     t0 = time.perf_counter()
@@ -105,23 +160,35 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
     m = sc.num_microbatches
     sched = schedule_for(p, m)
     work = build_workload(sc, sched.num_stages)
-    grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
+    moe = sc.model.moe
+    # uneven expert loads make expert-parallel ranks run different programs
+    ep_split = moe is not None and p.ep > 1 and moe.routing.distribution != "uniform"
+    works = {0: work}
+
+    def work_of(ep_rank: int) -> tuple:
+        if not ep_split:
+            return work
+        if ep_rank not in works:
+            works[ep_rank] = build_workload(sc, sched.num_stages, ep_rank)
+        return works[ep_rank]
+    grid = RankGrid(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp)
     place = placement_of(sc, grid, topo)
-    classes = equivalence_classes(grid, topo, place, mirror=sched.duplicated_stages)
+    classes = equivalence_classes(grid, topo, place, mirror=sched.duplicated_stages, ep_split=ep_split)
     costs = costs or CalibratedRoofline(dev, sc.training.precision)
-    low = Lowering(sc, topo, work, classes, sched, costs, place)
+    low = Lowering(sc, topo, work, classes, sched, costs, place, work_of)
     ops = low.lower()
     tl = engine.run(ops, [c.id for c in classes])
     attr = attribute(ops, tl, classes)
     step = tl.step_time
 
-    mflops = model_flops_per_step(sc, work)
-    hflops = hardware_flops_per_step(sc, work)
+    nominal = build_workload(sc, sched.num_stages, uniform=True) if moe is not None else work
+    mflops = model_flops_per_step(sc, nominal)
+    hflops = hardware_flops_per_step(sc, nominal)
     peak = dev.peak(sc.training.precision)
     world = sc.world_size
     tokens = sc.training.global_batch_size * sc.model.seq_length
 
-    layer_params = work[0].layer_params
+    layer_params = max((d + e for w in work for d, e in zip(w.layer_dense, w.layer_expert)), default=0.0)
     stages = []
     memory = []
     peak_mem = 0.0
@@ -130,13 +197,15 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
         stages.append({
             "class": c.id, "stage": c.stage, "model_stages": list(sched.stage_of[c.stage]),
             "layers": sum(work[k].num_layers for k in sched.stage_of[c.stage]),
+            **({"ep_rank": c.ep_rank} if ep_split else {}),
             "ranks": c.multiplicity, "representative_rank": c.ranks[0], "device": topo.device_id(c.device),
             "compute_s": a["compute_s"], "bubble_s": a["bubble_s"],
             "exposed_comm_s": {k: a["exposed"][k] for k in KINDS},
         })
     seen_stage = {}
     for c in classes:
-        st = static_memory(sc, sum(work[k].params for k in sched.stage_of[c.stage]))
+        held = sched.stage_of[c.stage]
+        st = static_memory(sc, sum(work[k].params for k in held), sum(work[k].expert_params for k in held))
         act = tl.mem_peak[c.id]
         buf = comm_buffers(sc, layer_params)
         total = st["weights"] + st["gradients"] + st["optimizer"] + act + buf
@@ -185,6 +254,10 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
         "calibration_warnings": sorted(getattr(costs, "outside", set()) | {f"{dev.key}: {n}" for n in low.comm_notes}),
     }
     result["collectives"] = collectives_section(low)
+    if moe is not None:
+        result["moe"] = moe_section(sc, low, ops, tl)
+    if p.cp > 1:
+        result["context_parallel"] = cp_section(sc, work)
     series = None
     if low.flow is not None:
         result["links"], busiest = low.flow.report(ops)

@@ -10,6 +10,57 @@ from typing import Optional
 
 
 @dataclass(frozen=True)
+class RoutingSpec:
+    """How tokens are spread over the experts (fractions of the token-to-expert assignments)."""
+    distribution: str = "uniform"   # uniform | zipf | explicit
+    skew: float = 1.0               # zipf exponent s: expert i (0-based) gets a share ~ 1/(i+1)^s
+    loads: Optional[tuple] = None   # explicit: one share per expert (normalised to sum 1)
+    per_layer: bool = True          # zipf: a fresh seeded permutation of the hot experts in every MoE layer
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """Mixture-of-experts MLP (Megatron-core MoE; HF Mixtral / Qwen-MoE / DeepSeek-V3 configs)."""
+    num_experts: int
+    top_k: int
+    expert_ffn_hidden_size: int
+    num_shared_experts: int = 0
+    shared_expert_ffn_hidden_size: int = 0   # total width of the shared experts (0: none)
+    shared_expert_gate: bool = False          # Qwen-MoE: a sigmoid gate (h -> 1) on the shared expert
+    layer_freq: int = 1                       # an MoE MLP every layer_freq-th layer (others dense)
+    first_dense_layers: int = 0               # DeepSeek first_k_dense_replace: the first layers stay dense
+    capacity_factor: Optional[float] = None   # None: dropless; else tokens over capacity are dropped
+    dispatcher: str = "alltoall"              # alltoall | allgather
+    routing: RoutingSpec = field(default_factory=RoutingSpec)
+
+    def is_moe_layer(self, i: int) -> bool:
+        return i >= self.first_dense_layers and (i - self.first_dense_layers) % self.layer_freq == 0
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """DeepSeek multi-head latent attention (DeepSeek-V2 report §2.1; V3 config.json)."""
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: Optional[int] = None         # None: queries projected directly (V2-Lite)
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """A vision (or audio) encoder in front of the language model, with a projector into it."""
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    ffn_hidden_size: int
+    tokens_per_sample: int          # encoder tokens of one sample (patches, + class token)
+    projector: str = "mlp"          # mlp (two GEMMs, GeLU: LLaVA-1.5) | linear
+    pipeline_stages: int = 0        # 0: on the first LM stage; k: its own k pipeline stages in front
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     architecture: str              # gpt | llama
@@ -22,6 +73,9 @@ class ModelSpec:
     seq_length: int
     tie_embeddings: bool = False
     make_vocab_size_divisible_by: int = 128
+    moe: Optional[MoESpec] = None
+    mla: Optional[MLASpec] = None
+    encoder: Optional[EncoderSpec] = None
 
     @property
     def head_dim(self) -> int:
@@ -43,6 +97,9 @@ class ParallelSpec:
     pp: int = 1
     dp: int = 1
     cp: int = 1
+    cp_kind: str = "ring"           # ring (KV passed around, overlapped) | allgather (KV gathered) | ulysses (all-to-all over heads)
+    ep: int = 1                     # expert parallel: experts split over ep ranks
+    etp: int = 1                    # expert tensor parallel: each expert's FFN split over etp ranks
     sequence_parallel: bool = False
     zero_stage: int = 0
     schedule: str = "1f1b"
@@ -97,6 +154,12 @@ class Scenario:
         return p.tp * p.pp * p.dp * p.cp
 
     @property
+    def expert_dp(self) -> int:
+        """Expert data parallel size: Megatron splits the tp·cp·dp ranks of a stage as etp x ep x edp."""
+        p = self.parallel
+        return p.tp * p.cp * p.dp // (p.etp * p.ep)
+
+    @property
     def num_microbatches(self) -> int:
         return self.training.global_batch_size // (self.training.micro_batch_size * self.parallel.dp)
 
@@ -105,6 +168,15 @@ class Scenario:
         d = asdict(self)
         d.pop("source_file")
         d["cluster"]["topology"] = d["cluster"].pop("topology_file")
+        for k in ("moe", "mla", "encoder"):
+            if d["model"][k] is None:
+                d["model"].pop(k)
+        if "moe" in d["model"]:
+            r = d["model"]["moe"]["routing"]
+            if r["loads"] is None:
+                r.pop("loads")
+            else:
+                r["loads"] = list(r["loads"])
         for k in ("first_stage_layers", "last_stage_layers", "schedule_csv", "device_of_rank"):
             if d["parallel"][k] is None:
                 d["parallel"].pop(k)

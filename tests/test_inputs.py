@@ -82,7 +82,7 @@ def test_set_overrides_and_json_contract(tmp_path, fast_topology, capsys):
     for k in ("step_time_s", "tokens_per_s", "mfu", "model_flops_per_step", "bubble_fraction", "peak_memory_bytes",
               "fits_in_memory", "num_devices", "breakdown", "memory", "sim_wall_s"):
         assert k in r
-    assert set(r["breakdown"]["exposed_comm_s"]) == {"tp", "pp", "dp"}
+    assert set(r["breakdown"]["exposed_comm_s"]) == {"tp", "cp", "ep", "pp", "dp"}
     assert set(r["memory"][0]) >= {"weights", "gradients", "optimizer", "activations", "total"}
     assert r["num_microbatches"] == 16
 
@@ -98,16 +98,6 @@ def test_hf_config_with_aliases(tmp_path, fast_topology):
     sc, _ = load_scenario(p)
     m = sc.model
     assert (m.architecture, m.num_layers, m.num_key_value_heads, m.ffn_hidden_size, m.seq_length) == ("llama", 8, 2, 704, 128)
-
-
-def test_hf_moe_config_is_refused_with_the_field_named(tmp_path, fast_topology):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mixtral", "num_local_experts": 8}))
-    p = small_scenario(tmp_path, fast_topology)
-    d = yaml.safe_load(p.read_text())
-    d["model"] = {"hf_config": "config.json"}
-    p.write_text(yaml.safe_dump(d))
-    with pytest.raises(ConfigError, match="config.json: num_local_experts: mixture-of-experts"):
-        load_scenario(p)
 
 
 def test_out_dir_files(tmp_path, fast_topology):
