@@ -12,7 +12,8 @@ A collective runs one algorithm with one protocol. Its time is
   overhead   the fabric's fixed cost per collective (kernel launch and synchronisation that every
              algorithm pays; the topology's `collectives.overhead`, measured from nccl-tests
              small-message times, 0 if not given); `collectives.network_step_latency` adds a
-             measured fabric's extra cost per network step to NCCL's table
+             measured fabric's extra cost per network step to NCCL's table (and
+             `collectives.nvls_chunk_cost` times NVLS as a pipeline of chunk rounds, below)
   base, lat  NCCL's latency model per algorithm and protocol (src/graph/tuning.cc, NCCL 2.30.7,
              via shared/data/calibration/nccl_busbw.yaml `nccl_tuning_model_constants`): a base
              latency plus a latency per step over NVLink (scale-up) or the network (scale-out)
@@ -29,8 +30,9 @@ hierarchical and pairwise (other libraries' algorithms) run when the scenario na
                    with k members per node drives k NIC shares per node: per-rank bandwidth
                    min(scale-up, k x NIC share); 2(N-1) (or N-1) of its steps cross the network
   tree             double binary tree (all-reduce across nodes; Sanders, Speck & Traeff 2009, as in
-                   NCCL): 2((k-1) chain steps + log2 N tree steps); bandwidth half the ring's bus
-                   bandwidth (NCCL's tree ratio 0.5)
+                   NCCL): 2((k-1) chain steps + log2 N tree steps); the chain moves 2n per rank
+                   inside the node, each node 2n across the network over its k NIC shares (half
+                   the ring's bus bandwidth, NCCL's tree ratio 0.5), n on two nodes (below)
   halving_doubling recursive halving then doubling (Thakur, Rabenseifner & Gropp 2005), p a power
                    of two: log2 p steps each way; step s exchanges n/2^(s+1), across the network
                    when the partner is on another node
@@ -38,7 +40,8 @@ hierarchical and pairwise (other libraries' algorithms) run when the scenario na
                    members with the same local index (one rail each), intra-node ring all-gather
   nvls             NVLink SHARP in-switch reduction (single scale-up domain, all-reduce; topologies
                    with `collectives.nvls_efficiency`): every rank sends its buffer up once and
-                   receives the result once, n / (bandwidth x nvls efficiency)
+                   receives the result once, n / (bandwidth x nvls efficiency); a pipeline of
+                   chunk rounds where the fabric gives `collectives.nvls_chunk_cost` (below)
   nvls_tree        NVLS inside each node, a tree across nodes (all-reduce)
   pairwise         all-to-all in p-1 steps; the inter-node part limited by one NIC share per rank
                    (all-to-all cannot aggregate NICs: nccl-tests issues #130/#267, maintainers)
@@ -46,6 +49,35 @@ hierarchical and pairwise (other libraries' algorithms) run when the scenario na
 
 Worked example (ring all-reduce, Simple, 8 devices in one node, 100 GB/s, efficiency 1, no
 overhead, n = 1 GB): 8.4 us + 14 x 3.4 us + 14/8 x 1e9 / 100e9 = 17.556 ms.
+
+Trees across two nodes. A double binary tree over N = 2 nodes is two trees of one root and one
+child: each node sends n/2 up one tree and n/2 down the other, n in all, where a tree over more
+nodes has nodes that are inner in one tree and leaves in the other and send 2n (NCCL models the
+same: tuning.cc takes the intra-node graph bandwidth for a tree on nNodes <= 2, and for NVLSTree
+min(bwIntra, bwInter) on nNodes <= 2 but bwInter/2 beyond). So `tree` and `nvls_tree` move n per
+node across the network on two nodes and 2n on more; the chain inside each node still moves 2n.
+
+NVLS chunk pipeline (`collectives.nvls_chunk_cost`, t_c). NCCL runs NVLS on 16 channels
+(NCCL_NVLS_NCHANNELS), each with one head per rank of the node, and moves the buffer in rounds of
+channels x heads chunks; the chunk is NCCL_NVLS_CHUNKSIZE = 128 KiB for big buffers and is cut to
+64 / 32 / 16 KiB when the buffer holds fewer than 64 / 8 / 2 rounds of the current chunk
+(NVLSTree: 32 / 16 / 4 / 1 rounds down to 256 / 128 / 64 / 32 KiB, at most 64 KiB on 4+ nodes)
+-- src/enqueue.cc calcCollChunking (computeCollChunkInfo in 2.20), the same in NCCL 2.18.5, 2.20.5
+and 2.24.3, and src/transport/nvls.cc. A round goes through two stages that overlap from one
+round to the next (the reduction through the switch, then the multicast of the result), and
+each round ends with a synchronisation of the heads, t_c, that the data does not hide. R rounds
+through a two-stage pipeline take R + 1 round times:
+
+    (R + 1) x t_c + (n + min(n, 16 x heads x chunk)) / B_inf,   R = ceil(n / (16 x heads x chunk(n))),
+    1 / B_inf = 1 / (bandwidth x nvls efficiency) - t_c / (16 x heads x 128 KiB)
+
+so `nvls_efficiency` stays the measured peak (at the 128 KiB chunk), smaller chunks add t_c per
+extra round, and the pipeline's fill takes the place of NCCL's NVLS step latency (25 us, the
+tuner's estimate, which the fabric then does not pay). Worked example (8 heads, t_c = 6 us,
+450 GB/s x 0.61): 16 MiB is below 8 rounds of 64 KiB chunks (64 MiB), so the chunk is 32 KiB,
+a round 4 MiB and R = 4; B_inf = 1 / (1/274.5e9 - 6e-6/16 MiB) = 304.4 GB/s; the NVLS part takes
+5 x 6 us + (16 + 4) MiB / 304.4 GB/s = 98.9 us against 25 + 61.1 us without the term. On fabrics
+with `latency_model: none` the term is off.
 """
 from __future__ import annotations
 
@@ -69,6 +101,52 @@ LATENCY_US = {
 }
 # Multi-node ring all-reduce with Simple: NCCL multiplies the ring's latency by 1.4 on SM80+ (same source).
 RING_SIMPLE_MULTINODE = 1.4
+
+# NVLS chunking: NCCL's default NVLS channel count and chunk size, and the chunk cuts of
+# calcCollChunking as (rounds of channels x heads chunks, chunk size it cuts to), in order.
+# Source: NCCL src/transport/nvls.cc (NCCL_NVLS_NCHANNELS 16, NCCL_NVLS_CHUNKSIZE 128 KiB) and
+# src/enqueue.cc calcCollChunking / computeCollChunkInfo (2.18.5, 2.20.5, 2.24.3 alike).
+NVLS_CHANNELS = 16
+NVLS_CHUNK = 128 * 1024
+NVLS_CUTS = ((64, 65536), (8, 32768), (2, 16384))
+NVLS_TREE_CUTS = ((32, 262144), (16, 131072), (4, 65536), (1, 32768))
+NVLS_TREE_MAX_CHUNK_4NODES = 65536      # NCCL_NVLSTREE_MAX_CHUNKSIZE default on nNodes >= 4
+
+
+def nvls_chunk(n: float, heads: int, nodes: int = 1) -> int:
+    """The NVLS (nodes == 1) or NVLSTree chunk NCCL uses for an n-byte all-reduce with `heads`
+    ranks per node. Example: 16 MiB on 8 heads: 16 MiB < 64 x 16 x 8 x 128 KiB -> 64 KiB;
+    < 8 x 16 x 8 x 64 KiB = 64 MiB -> 32 KiB; not < 2 x 16 x 8 x 32 KiB = 8 MiB: 32 KiB."""
+    ops = NVLS_CHANNELS * heads
+    chunk = NVLS_CHUNK
+    cuts = NVLS_CUTS
+    if nodes > 1:
+        cuts = NVLS_TREE_CUTS
+        if nodes >= 4:
+            chunk = min(chunk, NVLS_TREE_MAX_CHUNK_4NODES)
+    for rounds, size in cuts:
+        if n < rounds * ops * chunk and chunk > size:
+            chunk = size
+    return chunk
+
+
+def _nvls_transfer(n: float, heads: int, nodes: int, bw: float, topo: Topology) -> float:
+    """The NVLS part's transfer time: n / bw without the chunk pipeline, else the pipeline of
+    chunk rounds where the fabric gives `nvls_chunk_cost` (module docstring)."""
+    t_c = _nvls_chunk_cost(topo)
+    if not t_c:
+        return n / bw
+    ops = NVLS_CHANNELS * heads
+    chunk = nvls_chunk(n, heads, nodes)
+    rounds = math.ceil(n / (ops * chunk))
+    inv_b = 1 / bw - t_c / (ops * NVLS_CHUNK)
+    return (rounds + 1) * t_c + (n + min(n, ops * chunk)) * inv_b
+
+
+def _nvls_chunk_cost(topo: Topology) -> float:
+    params = _params(topo)
+    return 0.0 if params.get("latency_model") == "none" else (params.get("nvls_chunk_cost") or 0.0)
+
 
 # Share of the bus bandwidth each protocol reaches (same source: LL is half data, half flags;
 # ring LL128 min(0.92 busBw); tree Simple 0.92; tree LL busBw/3.8; tree LL128 7/9 in one node,
@@ -170,7 +248,16 @@ def _tree(coll, n, g, topo):
     if not g.spans_nodes or not g.uniform:
         return None
     k, N = g.per_node, g.nodes
-    return 2 * (k - 1), 2 * math.ceil(math.log2(N)), 2 * n / _ring_bw(g, topo)
+    # the chain inside the node moves 2n per rank; across the network each node moves n on two
+    # nodes and 2n on more (module docstring), over its k NIC shares
+    net = _tree_net_bytes(n, N) / (k * _net(topo, g.leaves, g))
+    intra = 2 * n / _up(topo, g) if k > 1 else 0.0
+    return 2 * (k - 1), 2 * math.ceil(math.log2(N)), max(intra, net)
+
+
+def _tree_net_bytes(n: float, nodes: int) -> float:
+    """Bytes each node sends across the network in a double binary tree all-reduce."""
+    return n if nodes <= 2 else 2 * n
 
 
 @register("halving_doubling", "ring", ("all_reduce", "reduce_scatter", "all_gather"),
@@ -217,7 +304,7 @@ def _nvls(coll, n, g, topo):
     eff = _params(topo).get("nvls_efficiency")
     if not eff or g.spans_nodes:
         return None
-    return 1, 0, n / (topo._link_by_class("scale_up").bw * eff)
+    return 1, 0, _nvls_transfer(n, g.size, 1, topo._link_by_class("scale_up").bw * eff, topo)
 
 
 @register("nvls_tree", "nvls_tree", ("all_reduce",), "NVLS inside nodes, tree across nodes (NCCL NVLSTree)")
@@ -225,8 +312,8 @@ def _nvls_tree(coll, n, g, topo):
     eff = _params(topo).get("nvls_efficiency")
     if not eff or not g.spans_nodes or not g.uniform:
         return None
-    intra = n / (topo._link_by_class("scale_up").bw * eff)
-    inter = 2 * n / (g.per_node * _net(topo, g.leaves, g))
+    intra = _nvls_transfer(n, g.per_node, g.nodes, topo._link_by_class("scale_up").bw * eff, topo)
+    inter = _tree_net_bytes(n, g.nodes) / (g.per_node * _net(topo, g.leaves, g))
     return 1, 2 * math.ceil(math.log2(g.nodes)), max(intra, inter)
 
 
@@ -281,6 +368,8 @@ def with_protocol(algorithm: str, family: str, coll: str, protocol: str, up: int
         base = l_up = l_net = 0.0
     else:
         l_net += (params.get("network_step_latency") or 0.0) * 1e6
+        if family in ("nvls", "nvls_tree") and _nvls_chunk_cost(topo):
+            l_up = 0.0          # the chunk pipeline's fill stands for NCCL's NVLS step latency
     lat = (base + up * l_up + net * l_net) * 1e-6
     if algorithm == "ring" and protocol == "Simple" and coll == "all_reduce" and net:
         lat *= RING_SIMPLE_MULTINODE

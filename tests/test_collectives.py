@@ -2,9 +2,13 @@
 NCCL's latency table (simtrain.collectives.LATENCY_US, from NCCL src/graph/tuning.cc):
 ring (base, per NVLink step, per network step) LL (6.6, 0.6, 2.7) LL128 (14, 1.9, 4) Simple (8.4, 3.4, 14) us;
 tree LL (6.8, 0.6, 5) LL128 (14, 1.25, 8.5) Simple (8.4, 4, 14) us."""
+import importlib.util
 import math
+import sys
 
 import pytest
+
+from conftest import ROOT, SHARED
 
 from simtrain.collectives import choose, collective_time, cost, p2p_time
 from simtrain.parallel import GroupShape
@@ -149,3 +153,107 @@ def test_measured_table_is_interpolated_in_log_size_and_log_time():
     assert c.seconds == pytest.approx(5e-6 + 2 ** 30 * 14 / 8 / 450e9, rel=1e-12) and "largest measured" in note
     assert measured_cost("all_reduce", 2 ** 20, GroupShape(16, 2, 8, True, 1), table)[0].seconds == pytest.approx(50e-6)
     assert measured_cost("all_reduce", 2 ** 20, GroupShape(2, 2, 1, True, 1), table) is None
+
+
+def test_nvls_chunk_follows_nccl_cuts():
+    """NCCL's NVLS chunk (src/enqueue.cc calcCollChunking): 16 channels x heads chunks per round;
+    128 KiB, cut to 64 / 32 / 16 KiB below 64 / 8 / 2 rounds of the current chunk. With 8 heads a
+    round of 128 KiB chunks is 16 MiB: below 64 of them (1 GiB) 64 KiB; below 8 rounds of 64 KiB
+    (64 MiB) 32 KiB; below 2 rounds of 32 KiB (8 MiB) 16 KiB. NVLSTree on 2 nodes starts at 128 KiB
+    and cuts to 64 KiB below 4 x 16 x 8 x 128 KiB = 64 MiB and to 32 KiB below 1 x 16 x 8 x 64 KiB
+    = 8 MiB; on 4 nodes it starts at 64 KiB, so only the 8 MiB cut applies."""
+    from simtrain.collectives import nvls_chunk
+    KiB, MiB = 1024, 2 ** 20
+    assert nvls_chunk(2 ** 30, 8) == 128 * KiB
+    assert nvls_chunk(2 ** 30 - 1, 8) == 64 * KiB
+    assert nvls_chunk(64 * MiB, 8) == 64 * KiB
+    assert nvls_chunk(32 * MiB, 8) == 32 * KiB
+    assert nvls_chunk(8 * MiB, 8) == 32 * KiB
+    assert nvls_chunk(4 * MiB, 8) == 16 * KiB
+    # 4 heads: rounds are half as big, so the cuts halve (8 MiB -> 4 MiB)
+    assert nvls_chunk(4 * MiB, 4) == 32 * KiB
+    assert nvls_chunk(128 * MiB, 8, nodes=2) == 128 * KiB
+    assert nvls_chunk(32 * MiB, 8, nodes=2) == 64 * KiB
+    assert nvls_chunk(4 * MiB, 8, nodes=2) == 32 * KiB
+    assert nvls_chunk(16 * MiB, 8, nodes=4) == 64 * KiB
+    assert nvls_chunk(4 * MiB, 8, nodes=4) == 32 * KiB
+
+
+NVLS_NODE = """
+name: nvls
+kind: two_tier
+devices_per_node: 4
+scale_up: {bandwidth: "100 GB/s", latency: "2 us"}
+scale_out: {nics_per_node: 4, nic_bandwidth: "80 Gb/s", latency: "5 us"}
+collectives: {nvls_efficiency: 0.5, nvls_chunk_cost: "2 us"%s}
+"""
+
+
+def test_nvls_chunk_pipeline_closed_form(tmp_path):
+    """4 heads, 100 GB/s x 0.5 = 50 GB/s, t_c = 2 us, n = 64 MiB: a round is 16 channels x 4 heads
+    = 64 chunks; 64 MiB is below 64 rounds of 128 KiB (512 MiB) -> 64 KiB, not below 8 rounds of
+    64 KiB (32 MiB), so the chunk is 64 KiB, a round 4 MiB and R = 16. 1/B_inf = 1/50e9 - 2 us /
+    (64 x 128 KiB); (R + 1) rounds of synchronisation and the data plus one round's worth (the
+    pipeline's fill): 17 x 2 us + (64 + 4) MiB / B_inf. NCCL's 25 us NVLS step latency is replaced
+    by the fill; with `latency_model: none` the transfer is n / 50 GB/s exactly."""
+    from simtrain.topology import load_topology as load
+    f = tmp_path / "n.yaml"
+    f.write_text(NVLS_NODE % "")
+    topo = load(f, nodes=1)
+    g = GroupShape(size=4, nodes=1, per_node=4, uniform=True, leaves=1)
+    n = 64 * 2 ** 20
+    inv_b = 1 / 50e9 - 2e-6 / (64 * 128 * 1024)
+    t = 17 * 2e-6 + (64 + 4) * 2 ** 20 * inv_b
+    assert collective_time("all_reduce", n, g, topo, "nvls", "Simple") == pytest.approx(t, rel=1e-12)
+    # a large buffer (128 KiB chunks, R = 8 GiB / 8 MiB = 1024) runs within 0.1 % of the measured peak
+    big = cost("all_reduce", 2 ** 33, g, topo, "nvls", "Simple").seconds
+    assert 2 ** 33 / 50e9 < big < 1.001 * 2 ** 33 / 50e9
+    f.write_text(NVLS_NODE % ", latency_model: none")
+    ideal = load(f, nodes=1)
+    assert collective_time("all_reduce", n, g, ideal, "nvls", "Simple") == pytest.approx(n / 50e9, rel=1e-12)
+
+
+def test_tree_across_two_nodes_moves_n_per_node(plain_topology):
+    """Two nodes x 4 members on one leaf (10 GB/s NIC shares): the double binary tree over two nodes
+    is two one-child trees, so each node sends n across (n/2 up one tree, n/2 down the other) over
+    4 NIC shares, while the chain inside the node moves 2n per rank at 100 GB/s. Tree Simple:
+    8.4 + 2 x (3 x 4.0 + 1 x 14.0) = 60.4 us, transfer max(2n / 100 GB/s, n / 40 GB/s) / 0.92.
+    On 8 nodes (test_tree_closed_form) each node moves 2n."""
+    topo = load_topology(plain_topology, nodes=2)
+    g = GroupShape(size=8, nodes=2, per_node=4, uniform=True, leaves=1)
+    n = 1e9
+    t = 60.4 * US + max(2 * n / 100e9, n / 40e9) / 0.92
+    assert collective_time("all_reduce", n, g, topo, "tree", "Simple") == pytest.approx(t, rel=1e-12)
+
+
+BUSBW = SHARED / "calibration" / "nccl_busbw.yaml"
+# Sweeps whose every size from 1 MiB up the analytical model predicts within 15 % (issue 4's
+# criterion), and for the others the sizes within 15 % today, a floor that catches regressions;
+# `python benchmarks/busbw.py` prints every size of every sweep. Of the one-node NVLS sweeps the
+# H100 one fits the fabrics' nvls_chunk_cost, the H200 one is out of sample.
+MEETS_CRITERION = ("nccl_vp_h100_1node_allreduce", "nccl_azure_ndh200v5_allreduce")
+WITHIN_TODAY = {"nccl_vp_h100_4node_allreduce": 9, "nccl_vp_h100_4node_allgather": 9,
+                "nccl_gcp_h100_2node_allreduce": 4, "nccl_azure_nda100v4_allreduce": 9}
+
+
+def _busbw_benchmark():
+    spec = importlib.util.spec_from_file_location("busbw", ROOT / "benchmarks" / "busbw.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("busbw", mod)            # its dataclass looks its module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.skipif(not BUSBW.is_file(), reason="shared/data/calibration/nccl_busbw.yaml not available")
+def test_busbw_sweeps_within_15_percent():
+    bb = _busbw_benchmark()
+    by_id = {e["id"]: (e, t) for e, t in bb.sweeps()}
+    assert set(MEETS_CRITERION) | set(WITHIN_TODAY) <= set(by_id)
+    for sid in MEETS_CRITERION:
+        rows = bb.predict(*by_id[sid], flow=False)
+        assert len(rows) == 14                      # 1 MiB ... 8 GiB
+        off = {r.size: round(100 * r.err_a, 1) for r in rows if abs(r.err_a) > 0.15}
+        assert not off, f"{sid}: sizes off by more than 15 %: {off}"
+    for sid, floor in WITHIN_TODAY.items():
+        rows = bb.predict(*by_id[sid], flow=False)
+        assert sum(abs(r.err_a) <= 0.15 for r in rows) >= floor, sid

@@ -240,6 +240,8 @@ COLLECTIVES = {
     "latency_model": (("nccl", "none"), False, "nccl"),   # none: an ideal fabric without protocol latencies
     "network_step_latency": ("time", False, "0 us"),   # added to NCCL's latency per network step (measured fabrics)
     "network_step_latency_source": ("str", False, ""),
+    "nvls_chunk_cost": ("time", False, "0 us"),   # synchronisation per NVLS chunk round: NVLS as a chunk pipeline (simtrain.collectives)
+    "nvls_chunk_cost_source": ("str", False, ""),
 }
 
 # keys every kind accepts
@@ -265,6 +267,7 @@ def collectives_section(v: dict, errs) -> tuple:
     eff = c.get("nvls_efficiency")
     if eff is not None and not 0 < eff <= 1:
         errs.add("collectives.nvls_efficiency", "must be in (0, 1]", "give the measured NVLS algbw / link bandwidth ratio")
-    if c.get("overhead") is not None and c["overhead"] < 0:
-        errs.add("collectives.overhead", "must be >= 0", "write e.g. `18 us`")
+    for key in ("overhead", "network_step_latency", "nvls_chunk_cost"):
+        if c.get(key) is not None and c[key] < 0:
+            errs.add(f"collectives.{key}", "must be >= 0", "write e.g. `18 us`")
     return tuple(sorted(c.items()))
