@@ -1,4 +1,4 @@
-"""Command line: `simtrain run | compare | check | schedule | list`.
+"""Command line: `simtrain run | compare | check | schedule | reliability | list`.
 
 Errors from any pipeline stage are printed as `<file>: <key.path>: <problem>; <fix>` lines without
 a traceback, and the process exits with code 2. Output files are written atomically (temporary
@@ -252,6 +252,26 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--base", required=True, metavar="PRESET", help="the device preset it refines (simtrain list devices)")
     cal.add_argument("-o", "--out", type=Path, required=True, metavar="PROFILE.yaml")
     cal.set_defaults(fn=lambda a: __import__("simtrain.calibration.fit", fromlist=["main"]).main(a))
+    for name in ("reliability", "goodput"):
+        rl = sub.add_parser(name, help="failures, checkpoints and restarts of a long run: goodput with percentiles (Monte-Carlo)"
+                            if name == "reliability" else "the same as `simtrain reliability`")
+        rl.add_argument("scenario")
+        rl.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a scenario value, e.g. reliability.spares.hot_nodes=8")
+        span = rl.add_mutually_exclusive_group()
+        span.add_argument("--days", type=float, metavar="N", help="wall-clock horizon in days (default: reliability.horizon, 30 days)")
+        span.add_argument("--tokens", type=float, metavar="N", help="token budget instead: report the time to train")
+        rl.add_argument("--trials", "--seeds", type=int, metavar="N", dest="trials", help="Monte-Carlo trials (default: reliability.trials)")
+        rl.add_argument("--seed", type=int, help="base seed (default: reliability.seed, else the scenario's seed)")
+        rl.add_argument("--jobs", type=int, default=1, metavar="N", help="worker processes (results do not depend on it)")
+        rl.add_argument("--interval", metavar="TIME", help='checkpoint interval, e.g. "10 min" (default: Daly\'s optimum)')
+        rl.add_argument("--sweep", action="store_true", help="sweep the checkpoint interval around Daly's optimum")
+        rl.add_argument("--sweep-points", type=int, default=13, metavar="N", help="intervals in the sweep (geometric, 1/4x to 4x)")
+        rl.add_argument("--what-if-spares", metavar="N1,N2,...", help="also run these hot-spare pool sizes")
+        rl.add_argument("--what-if-methods", metavar="M1,M2,...", help="also run these checkpoint methods (sync, async, in_memory), each at its own optimum")
+        rl.add_argument("--timeline-days", type=float, metavar="N", help="show only the first N days in timeline.png")
+        rl.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+        rl.add_argument("--out", metavar="DIR", help="write result.json, CSVs, figures and per-chunk trial files (a rerun resumes from them)")
+        rl.set_defaults(fn=lambda a: __import__("simtrain.reliability.study", fromlist=["main"]).main(a))
     lst = sub.add_parser("list", help="list shipped devices, profiles, topologies, schedules, collectives, models")
     lst.add_argument("what", choices=("devices", "profiles", "topologies", "schedules", "collectives", "models"))
     lst.set_defaults(fn=cmd_list)

@@ -48,6 +48,8 @@ MOE_KEYS = {
     "first_dense_layers": ("int", False, 0),
     "capacity_factor": ("float?", False, None),
     "dispatcher": (("alltoall", "allgather"), False, "alltoall"),
+    "dispatch_precision": (("bf16", "fp8"), False, "bf16"),
+    "max_nodes_per_token": ("posint?", False, None),
     "routing": ("any", False, None),
 }
 
@@ -125,7 +127,7 @@ NETWORK = {
     "protocol": (("auto", "LL", "LL128", "Simple"), False, "auto"),
 }
 
-TOP = {"name", "seed", "model", "training", "parallel", "cluster", "network"}
+TOP = {"name", "seed", "model", "training", "parallel", "cluster", "network", "reliability"}
 
 
 @lru_cache(maxsize=None)
@@ -433,6 +435,9 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
         except ConfigError as e:
             errs.problems.extend(e.problems)
     _check_plan(model, training, parallel, cluster, topo, errs)
+    if "reliability" in raw:
+        from simtrain.reliability.config import validate_section   # the job model's section, checked with the rest
+        validate_section(raw, errs)
     errs.raise_if_any()
     parallel.pop("_csv_schedule", None)
     if parallel.get("vpp") is None:
