@@ -35,7 +35,7 @@ from simtrain.parallel import RankClass
 from simtrain.schedules import Action, Schedule
 from simtrain.spec import Scenario
 from simtrain.topology import Topology
-from simtrain.workload import ACT_BYTES, Comm, Ring, StageWork
+from simtrain.workload import ACT_BYTES, Comm, Ring, StageWork, node_limited_share
 
 OPT_BYTES_PER_PARAM = 34.0
 """Adam step with fp32 master weights, memory-bound: read grad, master, m, v (4 x 4 B), write
@@ -116,6 +116,10 @@ class Lowering:
     def comm_op(self, c: RankClass, comm: Comm, deps, mb, seq, transient=0.0, chunk=0) -> EOp:
         shape = c.shape_of(comm.kind)
         peers = c.peers_of(comm.kind)
+        if comm.node_limit:
+            # node-limited routing: only the copies that cross nodes are timed on the network
+            share = node_limited_share(shape.nodes, *comm.node_limit)
+            comm = Comm(comm.kind, comm.collective, comm.size_bytes * share, comm.name)
         category = "dp" if comm.kind == "edp" else ("ep" if comm.kind == "etp" else comm.kind)
         if comm.collective == "send_recv":
             # one round of a ring exchange: every member sends one block to its ring successor at

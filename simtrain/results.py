@@ -99,7 +99,12 @@ def to_json(result: dict) -> str:
 def chrome_trace(ops: list, tl, classes: list, topo, link_series: dict | None = None) -> dict:
     """`link_series` (flow backend): counter tracks of the busiest links' utilisation, in a
     "network" process after the rank classes."""
-    tids = {"compute": 0, "tp": 1, "dp": 2, "pp_next": 3, "pp_prev": 4}
+    order = ("compute", "tp", "cp", "ep", "etp", "dp", "edp", "pp_next", "pp_prev")
+    used = {op.stream for op in ops}
+    tids = {"compute": 0, "tp": 1, "dp": 2, "pp_next": 3, "pp_prev": 4}      # the dense streams keep their ids
+    for name in order:
+        if name in used and name not in tids:
+            tids[name] = len(tids)
     ev = []
     if link_series:
         npid = max(c.id for c in classes) + 1
@@ -115,7 +120,8 @@ def chrome_trace(ops: list, tl, classes: list, topo, link_series: dict | None = 
                    "args": {"name": f"stage {c.stage} · rank {r0} ({topo.device_id(c.device)}) ×{c.multiplicity} ranks"}})
         ev.append({"ph": "M", "name": "process_sort_index", "pid": c.id, "args": {"sort_index": c.id}})
         for s, t in tids.items():
-            ev.append({"ph": "M", "name": "thread_name", "pid": c.id, "tid": t, "args": {"name": s}})
+            if s in ("compute", "tp", "dp", "pp_next", "pp_prev") or s in used:
+                ev.append({"ph": "M", "name": "thread_name", "pid": c.id, "tid": t, "args": {"name": s}})
     consumer = {}
     for op in ops:
         for d in op.deps:
@@ -138,7 +144,7 @@ def chrome_trace(ops: list, tl, classes: list, topo, link_series: dict | None = 
 # Timeline plot
 
 COLORS = {"F": "#4C78A8", "B": "#54A24B", "BW": "#54A24B", "W": "#EECA3B", "opt": "#B279A2", "tp": "#F58518",
-          "pp": "#E45756", "dp": "#9D755D"}
+          "pp": "#E45756", "dp": "#9D755D", "cp": "#72B7B2", "ep": "#FF9DA6"}
 
 
 def timeline_png(ops: list, tl, classes: list, path: Path, title: str) -> None:
@@ -174,10 +180,12 @@ def timeline_png(ops: list, tl, classes: list, path: Path, title: str) -> None:
     ax.set_xlim(0, tl.step_time * scale)
     ax.set_xlabel("time (ms)")
     ax.set_title(title + " — idle shows as grey background")
-    ax.legend(handles=[Patch(color=COLORS[k], label=l) for k, l in
-                       (("F", "forward"), ("B", "backward (B / BW)"), ("W", "weight grad (W)"), ("opt", "optimizer"),
-                        ("tp", "tp comm"), ("pp", "pp send"), ("dp", "dp comm"))],
-              loc="upper center", bbox_to_anchor=(0.5, -0.12 if rows > 2 else -0.3), ncol=7, fontsize=8, frameon=False)
+    cats = {op.category for op in ops}
+    legend = [(k, l) for k, l in (("F", "forward"), ("B", "backward (B / BW)"), ("W", "weight grad (W)"), ("opt", "optimizer"),
+                                  ("tp", "tp comm"), ("cp", "cp comm"), ("ep", "ep dispatch / combine"), ("pp", "pp send"),
+                                  ("dp", "dp comm")) if k in ("F", "B", "W", "opt", "tp", "pp", "dp") or k in cats]
+    ax.legend(handles=[Patch(color=COLORS[k], label=l) for k, l in legend],
+              loc="upper center", bbox_to_anchor=(0.5, -0.12 if rows > 2 else -0.3), ncol=len(legend), fontsize=8, frameon=False)
     fig.tight_layout()
     save_figure(fig, path)
 

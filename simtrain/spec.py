@@ -31,6 +31,8 @@ class MoESpec:
     first_dense_layers: int = 0               # DeepSeek first_k_dense_replace: the first layers stay dense
     capacity_factor: Optional[float] = None   # None: dropless; else tokens over capacity are dropped
     dispatcher: str = "alltoall"              # alltoall | allgather
+    dispatch_precision: str = "bf16"          # bf16 | fp8 (DeepSeek-V3: tokens dispatched in FP8, combined in BF16)
+    max_nodes_per_token: Optional[int] = None # node-limited routing (DeepSeek-V3: 4): a token crosses the network once per node
     routing: RoutingSpec = field(default_factory=RoutingSpec)
 
     def is_moe_layer(self, i: int) -> bool:

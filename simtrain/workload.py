@@ -57,10 +57,24 @@ class Op:
 
 @dataclass(frozen=True)
 class Comm:
-    kind: str              # tp | dp | pp
-    collective: str        # all_reduce | all_gather | reduce_scatter
+    kind: str              # tp | cp | ep | etp | dp | edp
+    collective: str        # all_reduce | all_gather | reduce_scatter | all_to_all | send_recv (one ring round)
     size_bytes: float      # nccl-tests convention: the full buffer (for AG/RS: per-rank count x group size)
     name: str = ""
+    node_limit: tuple = () # (top_k, max nodes per token): node-limited MoE routing, see `node_limited_share`
+
+
+def node_limited_share(nodes: int, top_k: int, max_nodes: int) -> float:
+    """Fraction of a dispatch's k copies per token that cross the network when routing is
+    node-limited (DeepSeek-V3 report §2.1.2 and §3.2.2: each token goes to at most M nodes and
+    crosses InfiniBand once per node, then NVLink forwards it to its experts there). With the k
+    experts spread evenly over N nodes a token touches N·(1 - (1 - 1/N)^k) distinct nodes on
+    average, at most M: the share is min(M, that) / k.
+    Worked example (N 8, k 8, M 4): 8·(1 - (7/8)^8) = 5.25 > 4, so 4/8 = 0.5."""
+    if nodes <= 1 or not max_nodes:
+        return 1.0
+    distinct = nodes * (1.0 - (1.0 - 1.0 / nodes) ** top_k)
+    return min(max_nodes, distinct) / top_k
 
 
 @dataclass(frozen=True)
@@ -445,15 +459,19 @@ class _Builder:
         ex_b = tuple(_grouped(o, per) for o in ex_b)
         unperm = self.mem("unpermute_combine", act_b * (2 * tk["send"] * h + Tl * h))
         unpermb = self.mem("unpermute_combine.bwd", act_b * (2 * tk["send"] * h + Tl * h), "B")
-        # dispatch / combine volumes (nccl-tests convention: a rank's whole buffer)
+        # dispatch / combine volumes (nccl-tests convention: a rank's whole buffer). FP8 dispatch
+        # (DeepSeek-V3 §3.3.2): 1 byte per value plus one fp32 scale per 1x128 tile, for the
+        # forward dispatch and the gradient sent back to the experts (the combine's backward)
         a2a = act_b * h * max(tk["send"], tk["worst"])
+        low = a2a / act_b * (1 + 4 / 128) if moe.dispatch_precision == "fp8" else a2a
+        lim = (k, moe.max_nodes_per_token) if moe.max_nodes_per_token else ()
         disp, comb, disp_b, comb_b, gat, sca = [], [], [], [], [], []
         if self.ep > 1:
             if moe.dispatcher == "alltoall":
-                disp = [Comm("ep", "all_to_all", a2a, "ep_dispatch")]
-                comb = [Comm("ep", "all_to_all", a2a, "ep_combine")]
-                disp_b = [Comm("ep", "all_to_all", a2a, "ep_dispatch.bwd")]
-                comb_b = [Comm("ep", "all_to_all", a2a, "ep_combine.bwd")]
+                disp = [Comm("ep", "all_to_all", low, "ep_dispatch", lim)]
+                comb = [Comm("ep", "all_to_all", a2a, "ep_combine", lim)]
+                disp_b = [Comm("ep", "all_to_all", a2a, "ep_dispatch.bwd", lim)]
+                comb_b = [Comm("ep", "all_to_all", low, "ep_combine.bwd", lim)]
             else:
                 # all-gather dispatcher: every rank gathers all tokens of the group (and their
                 # routing), keeps its experts' ones; the combine reduce-scatters the outputs

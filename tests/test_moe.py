@@ -239,3 +239,30 @@ def test_expert_gradients_reduce_over_expert_dp(tmp_path, fast_topology):
     w = build_workload(sc)[0]
     edp = [o for o in run.ops if o.stream == "edp" and o.cls == 0]
     assert sum(o.bytes for o in edp) == pytest.approx(4 * w.expert_params)     # fp32 gradients, once per step
+
+
+def _ep_hidden_by_compute(run) -> float:
+    """Seconds of expert-parallel communication that run while the same rank computes."""
+    tl = run.timeline
+    hidden = 0.0
+    for c in run.classes:
+        comp = sorted((tl.start[o.id], tl.end[o.id]) for o in run.ops if o.cls == c.id and o.stream == "compute")
+        for o in run.ops:
+            if o.cls != c.id or o.stream != "ep":
+                continue
+            a, b = tl.start[o.id], tl.end[o.id]
+            hidden += sum(max(0.0, min(b, e) - max(a, s0)) for s0, e in comp)
+    return hidden
+
+
+def test_dualpipe_hides_dispatch_under_the_paired_chain(tmp_path, plain_topology):
+    """In 1F1B a chain's compute waits for each of its own all-to-alls, so none of them runs
+    under computation; DualPipe's overlapped forward/backward pairs run one chain's dispatch and
+    combine while the other computes (DeepSeek-V3 §3.2.1), so part of it is hidden."""
+    runs = {}
+    for sched in ("1f1b", "dualpipe"):
+        sc, t = load_scenario(moe_scenario(tmp_path, plain_topology, parallel={"pp": 2, "dp": 2, "ep": 2, "schedule": sched},
+                                           training={"global_batch_size": 8}, name=f"{sched}.yaml"))
+        runs[sched] = simulate(sc, t)
+    assert _ep_hidden_by_compute(runs["1f1b"]) == 0.0
+    assert _ep_hidden_by_compute(runs["dualpipe"]) > 0.0

@@ -154,7 +154,7 @@ def build_profile(files: list, device: str, base: str, command: str) -> dict:
         gemm.setdefault(r["dtype"], {}).setdefault(key, []).append(flops / r["median_s"] / 1e12)
     if gemm:
         prof["gemm"] = [{"dtype": dt, "source": _sources(got["gemm"], dt),
-                         "points": [{"m": m, "n": n, "k": k, "tflops": round(statistics.median(v), 4)}
+                         "points": [{"m": m, "n": n, "k": k, "tflops": _sig(statistics.median(v))}
                                     for (m, n, k), v in sorted(pts.items())]}
                         for dt, pts in sorted(gemm.items())]
     mem: dict = {}
@@ -162,7 +162,7 @@ def build_profile(files: list, device: str, base: str, command: str) -> dict:
         mem.setdefault(r["bytes"], []).append(r["bytes"] / r["median_s"])
     if mem:
         prof["memory_bound"] = {"source": _sources(got["memory"]),
-                                "points": [{"bytes": b, "bandwidth_GBps": round(statistics.median(v) / 1e9, 4)}
+                                "points": [{"bytes": b, "bandwidth_GBps": _sig(statistics.median(v) / 1e9)}
                                            for b, v in sorted(mem.items())]}
     att: dict = {}
     for r in got["attention"]:
@@ -170,7 +170,7 @@ def build_profile(files: list, device: str, base: str, command: str) -> dict:
         att.setdefault(r["seq"], []).append(f / r["median_s"] / 1e12)
     if att:
         prof["flash_attention"] = {"source": _sources(got["attention"]),
-                                   "points": [{"seq": s, "tflops": round(statistics.median(v), 4)} for s, v in sorted(att.items())]}
+                                   "points": [{"seq": s, "tflops": _sig(statistics.median(v))} for s, v in sorted(att.items())]}
     coll: dict = {}
     for r in got["collectives"]:
         coll.setdefault((r["collective"], r["ranks"], r["nodes"]), {}).setdefault(r["bytes"], []).append(r["median_s"])
@@ -204,3 +204,9 @@ def main(args) -> int:
     kinds = [k for k in ("gemm", "memory_bound", "flash_attention", "collectives") if k in prof]
     print(f"wrote {args.out}: {', '.join(kinds)} (base preset {args.base})", file=sys.stderr)
     return 0
+
+
+def _sig(x: float, digits: int = 5) -> float:
+    """Rounds to significant digits, not decimals: a slow CPU GEMM of 0.00004 TFLOP/s must not
+    be written as 0 (the profile loader refuses a zero throughput)."""
+    return float(f"{x:.{digits}g}")
