@@ -48,6 +48,8 @@ MOE_KEYS = {
     "first_dense_layers": ("int", False, 0),
     "capacity_factor": ("float?", False, None),
     "dispatcher": (("alltoall", "allgather"), False, "alltoall"),
+    "dispatch_precision": (("bf16", "fp8"), False, "bf16"),
+    "max_nodes_per_token": ("posint?", False, None),
     "routing": ("any", False, None),
 }
 
