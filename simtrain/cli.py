@@ -269,6 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
         rl.add_argument("--what-if-spares", metavar="N1,N2,...", help="also run these hot-spare pool sizes")
         rl.add_argument("--what-if-methods", metavar="M1,M2,...", help="also run these checkpoint methods (sync, async, in_memory), each at its own optimum")
         rl.add_argument("--timeline-days", type=float, metavar="N", help="show only the first N days in timeline.png")
+        rl.add_argument("--step-fault-rank", type=int, metavar="R", help="also fail rank R inside one step (trace: step_fault_trace.json)")
+        rl.add_argument("--step-fault-at", metavar="TIME", help='when, into the step, e.g. "2.5 s" (default 0 s)')
         rl.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
         rl.add_argument("--out", metavar="DIR", help="write result.json, CSVs, figures and per-chunk trial files (a rerun resumes from them)")
         rl.set_defaults(fn=lambda a: __import__("simtrain.reliability.study", fromlist=["main"]).main(a))

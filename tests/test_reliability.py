@@ -371,3 +371,46 @@ def test_cli_reliability_outputs_are_byte_identical_and_errors_exit_2(tmp_path):
     p = subprocess.run([sys.executable, "-m", "simtrain", "reliability", str(bad)], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "reliability.checkpoint.method: 'tape' is not one of sync, async, in_memory" in p.stderr
+
+
+# --- a failure inside a step ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pipeline_run(tmp_path_factory):
+    from simtrain.simulate import simulate
+    f = write(tmp_path_factory.mktemp("pp") / "pp.yaml", scen().replace("pp: 1, dp: 8", "pp: 2, dp: 4"))
+    sc, topo = load_scenario(f)
+    return simulate(sc, topo)
+
+
+def test_replay_without_fault_is_the_step_timeline(pipeline_run):
+    from simtrain.reliability.instep import replay
+    tl = pipeline_run.timeline
+    d = [tl.end[i] - tl.start[i] for i in range(len(pipeline_run.ops))]
+    start, end, status, blocked = replay(pipeline_run.ops, d)
+    assert status == ["done"] * len(d) and blocked == []
+    assert max(abs(a - b) for a, b in zip(end, tl.end)) <= 1e-9 * tl.step_time
+
+
+def test_fault_inside_a_step_cuts_in_flight_work_and_peers_wait_for_the_watchdog(pipeline_run):
+    from simtrain.reliability.instep import inject, trace
+    run = pipeline_run
+    tl = run.timeline
+    c0 = next(c for c in run.classes if c.stage == 0)
+    # the middle of a forward compute op of stage 0, a third into the step
+    op = next(o for o in run.ops if o.cls == c0.id and o.stream == "compute" and tl.start[o.id] > tl.step_time / 3)
+    t = (tl.start[op.id] + tl.end[op.id]) / 2
+    f = inject(run, c0.ranks[0], t, timeout_s=600.0)
+    assert f.status[op.id] == "cut" and f.end[op.id] == pytest.approx(t)
+    # the failed class issues nothing after the fault; everything that ended before it is unchanged
+    assert all(f.start[o.id] is None or f.start[o.id] <= t for o in run.ops if o.cls == c0.id)
+    assert all(f.end[o.id] == pytest.approx(tl.end[o.id]) for o in run.ops if tl.end[o.id] < t)
+    # stage 1 blocks on a send of stage 0 that never comes; the watchdog fires 600 s after the
+    # first such wait began: abort = min(wait start) + 600, within one step of the fault + 600
+    peers = [b for b in f.blocked if b[5] and b[0] != c0.id]
+    assert peers and all("class %d" % c0.id in b[4] or b[4] == "peers at the collective" for b in peers)
+    assert f.abort_s == pytest.approx(min(b[3] for b in peers) + 600.0)
+    assert t + 600.0 <= f.abort_s <= t + 600.0 + tl.step_time
+    ev = trace(run, f)["traceEvents"]
+    assert any(e.get("name", "").endswith("(interrupted)") for e in ev)
+    assert any(e.get("cat") == "fault" and e["ts"] + e["dur"] == pytest.approx(f.abort_s * 1e6, abs=1) for e in ev)

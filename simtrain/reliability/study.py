@@ -95,7 +95,8 @@ def _sweep_block(p, ns, res, trials, with_cf=True):
 
 
 def study(path, overrides=(), days=None, tokens=None, trials=None, seed=None, jobs=1, interval=None, sweep=False,
-          sweep_points=13, spares=None, methods=None, out=None, log=None, timeline_days=None) -> dict:
+          sweep_points=13, spares=None, methods=None, out=None, log=None, timeline_days=None, step_fault=None) -> dict:
+    """step_fault = (rank, seconds into the step): also inject a failure inside one step (instep.py)."""
     from simtrain.loading import load_scenario
     t0 = time.perf_counter()
     sc, topo = load_scenario(path, overrides)
@@ -112,7 +113,8 @@ def study(path, overrides=(), days=None, tokens=None, trials=None, seed=None, jo
         spec = replace(spec, checkpoint=replace(spec.checkpoint, interval_s=float(interval)))
     step = None
     step_wall = 0.0
-    if spec.step_time_s is None or spec.checkpoint.size_bytes is None:
+    run = None
+    if spec.step_time_s is None or spec.checkpoint.size_bytes is None or step_fault is not None:
         from simtrain.simulate import simulate
         run = simulate(sc, topo)
         step, step_wall = run.result, run.wall_s
@@ -160,6 +162,15 @@ def study(path, overrides=(), days=None, tokens=None, trials=None, seed=None, jo
                        "goodput": s["goodput"], "time_s": s["time_s"], "lost_s": {b: v["mean"] for b, v in s["lost_s"].items()},
                        "spare_waits_mean": s["spare_waits_mean"], "storage_fallbacks_mean": s["storage_fallbacks_mean"]})
         result["what_if"] = wi
+    fault = None
+    if step_fault is not None:
+        from simtrain.reliability.instep import inject
+        fault = inject(run, int(step_fault[0]), float(step_fault[1]), spec.recovery.detect_hang_s)
+        fs = fault.summary()
+        fs["blocked"] = [b for b in fs["blocked"] if b["on_peer"]]
+        fs["blocked_on_peers"] = len(fs["blocked"])
+        fs["blocked"] = fs["blocked"][:20]
+        result["step_fault"] = fs
     rec, events, marks = run_trial(p, n, spec.seed, 0, record=True)
     result["timeline_trial"] = {"trial": 0, "goodput": rec["goodput"], "interruptions": rec["interruptions"]}
     if out:
@@ -178,6 +189,9 @@ def study(path, overrides=(), days=None, tokens=None, trials=None, seed=None, jo
                       f"{sc.name}: goodput vs checkpoint interval ({p.method}, {_span(spec)})")
         if variants:
             write_atomic(o / "whatif.csv", whatif_csv(result["what_if"]).encode())
+        if fault is not None:
+            from simtrain.reliability.instep import trace
+            write_atomic(o / "step_fault_trace.json", json.dumps(trace(run, fault)).encode())
         write_atomic(o / "run_info.json", to_json({"simtrain_version": __version__, "python": platform.python_version(),
                                                    "scenario_file": str(path), "overrides": list(overrides), "jobs": jobs,
                                                    "step_sim_wall_s": step_wall, "monte_carlo_wall_s": mc_wall,
@@ -257,6 +271,15 @@ def summary(r: dict) -> str:
             g = w["goodput"]
             lines.append(f"    {w['variant']:20s} {w['interval_s'] / 60:6.1f} min  {100 * g['mean']:6.2f} % ± {100 * g['ci95']:.2f}   "
                          f"{w['lost_s']['spare_wait'] / h:8.1f} h  {w['lost_s']['lost_work'] / h:8.1f} h")
+    if "step_fault" in r:
+        f = r["step_fault"]
+        lines += ["", f"  failure inside a step: rank {f['failed_rank']} at {f['fault_s']:.3f} s of a {f['step_time_s']:.3f} s step; "
+                      f"{f['ops_cut']} op(s) cut, {f['ops_never_run']:,} of {f['ops']:,} ops never run",
+                  ("    every rank is in the failed rank's equivalence class here, so no simulated peer is left to block; "
+                   "the others would wait at their next exchange with it" if f["other_classes"] == 0 else
+                   f"    the others block on it" + (" at the next step's first exchange" if f["blocked_in_next_step"] else
+                                                     f" from {min(b['since_s'] for b in f['blocked']):.3f} s ({f['blocked_on_peers']} streams)")) +
+                  f"; the watchdog ({f['timeout_s']:g} s) aborts the job at {f['abort_s']:.1f} s, {f['detection_s']:.1f} s after the failure; the step is lost"]
     cc = r["cross_check"]
     lines += ["", f"  cross-check: {cc['this_job_failures_per_1000_node_days']:.2f} failures per 1,000 node-days "
                   f"(Meta RSC-1 {cc['rsc1_failures_per_1000_node_days']}, RSC-2 {cc['rsc2_failures_per_1000_node_days']}); "
@@ -292,12 +315,18 @@ def main(args) -> int:
     for name, v in (("--days", args.days), ("--tokens", args.tokens)):
         if v is not None and not v > 0:
             probs.append(Problem(name, "", f"{v} is not > 0", "give a positive number"))
+    fault = None
+    if args.step_fault_rank is not None or args.step_fault_at is not None:
+        try:
+            fault = (int(args.step_fault_rank or 0), parse_duration(args.step_fault_at or "0 s"))
+        except UnitError as e:
+            probs.append(Problem("--step-fault-at", "", str(e), 'write e.g. "2.5 s"'))
     if probs:
         raise ConfigError(probs)
     log = (lambda m: print(m, file=sys.stderr)) if not args.json else None
     r = study(args.scenario, args.set or (), days=args.days, tokens=args.tokens, trials=args.trials, seed=args.seed,
               jobs=args.jobs, interval=interval, sweep=args.sweep, sweep_points=args.sweep_points, spares=spares,
-              methods=methods, out=args.out, log=log, timeline_days=args.timeline_days)
+              methods=methods, out=args.out, log=log, timeline_days=args.timeline_days, step_fault=fault)
     wall = r.pop("_wall")
     if args.json:
         sys.stdout.write(json.dumps(r) + "\n")
@@ -308,5 +337,6 @@ def main(args) -> int:
             files = ["result.json", "timeline.png", "timeline.json", "scenario.resolved.yaml", "run_info.json", "trials/"]
             files += ["sweep.csv", "goodput_vs_interval.png"] if args.sweep else []
             files += ["whatif.csv"] if "what_if" in r else []
+            files += ["step_fault_trace.json"] if "step_fault" in r else []
             print(f"  wrote {args.out}/: {' '.join(files)}")
     return 0
