@@ -61,7 +61,8 @@ def static_memory(sc: Scenario, params: float, expert_params: float = 0.0) -> di
 
 def comm_buffers(sc: Scenario, layer_params: float) -> float:
     """Estimate: pipeline send + receive buffers (2 activation messages), one tensor-parallel
-    collective buffer, and under ZeRO-3 two gathered layers (current + prefetched)."""
+    collective buffer, under ZeRO-3 two gathered layers (current + prefetched), and for MoE the
+    dispatch send and receive buffers."""
     p, t = sc.parallel, sc.training
     tokens = t.micro_batch_size * sc.model.seq_length / p.cp
     msg = ACT_BYTES * tokens * sc.model.hidden_size
@@ -72,6 +73,11 @@ def comm_buffers(sc: Scenario, layer_params: float) -> float:
         out += msg
     if p.zero_stage == 3 and p.dp > 1:
         out += 2 * ACT_BYTES * layer_params
+    moe = sc.model.moe
+    if moe is not None and p.ep > 1:
+        # routing buffers: the dispatch's send and receive buffers of T·k tokens (uniform routing)
+        local = tokens / (p.tp if p.sequence_parallel and p.tp > 1 else 1)
+        out += 2 * ACT_BYTES * local * moe.top_k * sc.model.hidden_size
     return out
 
 

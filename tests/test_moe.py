@@ -266,3 +266,32 @@ def test_dualpipe_hides_dispatch_under_the_paired_chain(tmp_path, plain_topology
         runs[sched] = simulate(sc, t)
     assert _ep_hidden_by_compute(runs["1f1b"]) == 0.0
     assert _ep_hidden_by_compute(runs["dualpipe"]) > 0.0
+
+
+def test_layer_frequency_and_dense_first_layers(tmp_path, fast_topology):
+    """4 layers, first 1 dense, then MoE every 2nd: layers 1 and 3 are MoE (Megatron's
+    moe_layer_freq / DeepSeek's first_k_dense_replace)."""
+    sc, _ = load_scenario(moe_scenario(tmp_path, fast_topology, moe={"layer_freq": 2, "first_dense_layers": 1},
+                                       model={"num_layers": 4}, parallel={"pp": 1}))
+    from simtrain.workload import layer_kinds
+    assert layer_kinds(sc) == ("dense", "moe", "dense", "moe")
+    c = parameter_counts(sc)
+    attn, dense_mlp, moe_mlp = 4 * h * h + 2 * h, 3 * h * f, 4 * 3 * h * f + 4 * h
+    assert c["total"] == 4 * attn + 2 * dense_mlp + 2 * moe_mlp + 2 * V * h + h
+
+
+def test_expert_tensor_parallel_splits_the_expert_width(tmp_path, fast_topology):
+    """etp 2 (ep 2, dp 4): each expert's FFN is split in two; the etp pair gathers its members'
+    tokens (2 x the T·k received per rank) before the experts and reduce-scatters after, so a
+    rank's grouped GEMMs have twice the rows and half the width: the same FLOPs, half the
+    expert weights."""
+    sc1, _ = load_scenario(moe_scenario(tmp_path, fast_topology, parallel={"ep": 2}, name="a.yaml"))
+    sc2, _ = load_scenario(moe_scenario(tmp_path, fast_topology, parallel={"ep": 2, "etp": 2}, name="b.yaml"))
+    w1, w2 = build_workload(sc1)[0], build_workload(sc2)[0]
+    assert w2.expert_params == pytest.approx(w1.expert_params / 2)
+
+    def expert_flops(w):
+        return sum(o.flops for it in w.layers[0].forward if isinstance(it, tuple) for o in it if o.name.startswith("experts."))
+    assert expert_flops(w2) == pytest.approx(expert_flops(w1))
+    etp = [it for it in w2.layers[0].forward if isinstance(it, Comm) and it.kind == "etp"]
+    assert [(c.collective, c.size_bytes) for c in etp] == [("all_gather", 2 * s * 2 * h * 2), ("reduce_scatter", 2 * s * 2 * h * 2)]
