@@ -32,6 +32,12 @@ def sweep_png(sweep: dict, path: Path, title: str) -> None:
             ax.axvline(v / 60, ls=style, color={"refined_optimum_s": "#c0392b", "young_s": "#2c3e50", "daly_s": "#27ae60"}[key],
                        lw=1.2, label=f"{name}: {v / 60:.1f} min")
     ax.set_xscale("log")
+    from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+    ticks = [v for v in (0.1, 0.2, 0.5, 1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 70, 100, 200, 300, 500, 1000, 2000, 5000)
+             if min(x) / 1.05 <= v <= max(x) * 1.05]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("checkpoint interval (minutes, log scale)")
     ax.set_ylabel("goodput (useful training time / wall time)")
     ax.set_title(title, fontsize=10)
@@ -57,7 +63,7 @@ def timeline_png(events: list, marks: list, horizon_s: float, path: Path, title:
     for row, kind in enumerate(kinds):
         segs = [(t0 / unit, max(wmin, (min(t1, end) - t0) / unit)) for t0, t1, k in events if k == kind and t0 < end]
         if segs:
-            ax.broken_barh(segs, (len(kinds) - row - 0.8, 0.6), facecolors=COLORS[kind], linewidth=0)
+            ax.broken_barh(segs, (len(kinds) - row - 0.8, 0.6), facecolors=COLORS[kind], edgecolors=COLORS[kind], linewidth=0.6)
     fails = [t / unit for t, c in marks if t < end and c != "planned"]
     planned = [t / unit for t, c in marks if t < end and c == "planned"]
     ax.vlines(planned, len(kinds) - 0.1, len(kinds) + 0.4, color="#7f7f7f", lw=0.8)

@@ -182,7 +182,8 @@ def study(path, overrides=(), days=None, tokens=None, trials=None, seed=None, jo
         from simtrain.reliability.plots import sweep_png, timeline_png
         end = rec["time_s"]
         timeline_png(events, marks, end, o / "timeline.png",
-                     f"{sc.name}: trial 0, {rec['interruptions']} interruptions, goodput {100 * rec['goodput']:.1f} %", timeline_days)
+                     f"{sc.name}: trial 0" + (f", first {timeline_days:g} of {end / 86400:g} days" if timeline_days else "")
+                     + f" ({rec['interruptions']} failures in all, goodput {100 * rec['goodput']:.1f} %)", timeline_days)
         if sweep:
             write_atomic(o / "sweep.csv", sweep_csv(result["sweep"]).encode())
             sweep_png(result["sweep"], o / "goodput_vs_interval.png",
