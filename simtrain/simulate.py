@@ -158,8 +158,10 @@ def cp_section(sc: Scenario, work) -> dict:
             "bytes_sent_per_layer_forward": sent(lp.forward), "bytes_sent_per_layer_backward": sent(lp.backward)}
 
 
-def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
-    """`costs` replaces the calibrated compute cost model (any ComputeCostModel)."""
+def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False) -> StepRun:
+    """`costs` replaces the calibrated compute cost model (any ComputeCostModel). `every_rank`
+    simulates each rank on its own instead of one per equivalence class (the brute-force
+    reference: the results must be the same)."""
     t0 = time.perf_counter()
     p = sc.parallel
     dev = device_of(sc.cluster)
@@ -179,7 +181,7 @@ def simulate(sc: Scenario, topo: Topology, costs=None) -> StepRun:
         return works[ep_rank]
     grid = RankGrid(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp)
     place = placement_of(sc, grid, topo)
-    classes = equivalence_classes(grid, topo, place, mirror=sched.duplicated_stages, ep_split=ep_split)
+    classes = equivalence_classes(grid, topo, place, mirror=sched.duplicated_stages, ep_split=ep_split, every_rank=every_rank)
     costs = costs or CalibratedRoofline(dev, sc.training.precision)
     low = Lowering(sc, topo, work, classes, sched, costs, place, work_of)
     ops = low.lower()

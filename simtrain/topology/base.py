@@ -186,6 +186,14 @@ class Fabric(ABC):
     def efficiency(self, cls: str) -> float:
         return self.t.scale_up_efficiency if cls == "scale_up" else self.t.scale_out_efficiency
 
+    def leaf_array(self) -> list:
+        """leaf_of of every device (builders with closed-form indices override it with numpy)."""
+        return [self.leaf_of(d) for d in range(self.t.num_devices)]
+
+    def link_class_names(self, a, b) -> list:
+        """link_class_name of every pair (a[i], b[i]) (arrays of device indices)."""
+        return [self.link_class_name(int(x), int(y)) for x, y in zip(a, b)]
+
     def span_class(self, devices) -> str:
         t = self.t
         devices = list(devices)

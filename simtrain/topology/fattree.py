@@ -437,6 +437,48 @@ class FatTree(Fabric):
             return pre + "spine"
         return pre + "core"
 
+    def _leaf_np(self, d):
+        """`leaf_of` of a numpy array of devices (same formula)."""
+        s = self.s
+        node, k = d // self.dpn, (d % self.dpn) // self.dpnic
+        li = (node // self.npl) * self.lu + (((k % s.rails) // s.planes) if s.rail_optimized else 0)
+        return (k % s.planes) * self.lpp + li
+
+    def leaf_array(self) -> list:
+        import numpy as np
+        return self._leaf_np(np.arange(self.t.num_devices, dtype=np.int64)).tolist()
+
+    def link_class_names(self, a, b) -> list:
+        """`link_class_name` over arrays of device pairs, with the same rules in numpy."""
+        import numpy as np
+        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+        s = self.s
+        out = np.empty(len(a), dtype=object)
+        same_dev = a == b
+        same_node = (a // self.dpn == b // self.dpn) & ~same_dev
+        if s.domain_topology is not None:
+            dom = same_node & (a // self.dph != b // self.dph)
+        else:
+            dom = np.zeros(len(a), dtype=bool)
+        out[same_dev] = "self"
+        out[same_node & ~dom] = "scale_up"
+        out[dom] = "domain"
+        rest = ~(same_dev | same_node)
+        if rest.any():
+            ar, br = a[rest], b[rest]
+            pxn = np.zeros(len(ar), dtype=bool)
+            if s.planes > 1:
+                ka, kb = (ar % self.dpn) // self.dpnic, (br % self.dpn) // self.dpnic
+                pxn = (ka % s.planes) != (kb % s.planes)
+                local = ar % self.dpn
+                proxied = (ar - local) + kb * self.dpnic + local % self.dpnic
+                ar = np.where(pxn, proxied, ar)
+            la, lb = self._leaf_np(ar), self._leaf_np(br)
+            pod = lambda x: ((x % self.lpp) // self.lu) // self.upp
+            base = np.where(la == lb, "leaf", np.where(pod(la) == pod(lb), "spine", "core")).astype(object)
+            out[rest] = np.where(pxn, "pxn_" + base.astype(str), base.astype(str)).astype(object)
+        return out.tolist()
+
     def span_class(self, devices) -> str:
         devices = list(devices)
         if len({d // self.dpn for d in devices}) <= 1:
@@ -450,6 +492,18 @@ class FatTree(Fabric):
 
     def efficiency(self, cls: str) -> float:
         return self.t.scale_up_efficiency if cls in ("scale_up", "domain") else self.t.scale_out_efficiency
+
+    def _sized(self, nodes: int) -> "FatTree":
+        """The fabric whose graph a representative route of `nodes` domains is walked on: this one
+        if its graph is built (or it is no larger), else the same fabric with just `nodes`
+        domains. Per-link bandwidths and latencies do not depend on the domain count, so link
+        classes come out the same without building a 16,384-node graph (tests check it)."""
+        if nodes >= self.t.nodes or self._g is not None:
+            return self._probe(nodes)
+        hit = self._probes.get(nodes)
+        if hit is None:
+            hit = self._probes[nodes] = FatTree(replace(self.t, nodes=nodes))
+        return hit
 
     def _probe(self, nodes: int) -> "FatTree":
         """The same fabric with at least `nodes` domains (to walk a representative route that
@@ -488,7 +542,7 @@ class FatTree(Fabric):
             if self.dpn == 1:
                 return LinkClass(cls, s.scale_up_bw, s.scale_up_latency, eff)
             b = self.dph if (cls == "domain" and s.domain_topology is not None) else 1
-            return path_class(self.graph(), self._intra(0, b), cls, eff)
+            return path_class(self._sized(1).graph(), self._intra(0, b), cls, eff)
         pair = self._pair(cls)
         if pair is None:
             pre = "pxn_" if cls.startswith("pxn_") and s.planes > 1 else ""
@@ -499,7 +553,7 @@ class FatTree(Fabric):
                     return LinkClass(cls, x.bw, x.latency, x.efficiency)
             raise KeyError(f"no link class {cls!r} on a {self.t.kind} fabric")
         node, local = pair
-        fab = self._probe(node + 1)
+        fab = self._sized(node + 1)
         b = node * self.dpn + local
         return path_class(fab.graph(), fab.route(0, b), cls, eff)
 
