@@ -32,7 +32,7 @@ def params(**kw) -> M.JobParams:
     load or warm-up time, one failure category of MTBF 1 h."""
     base = dict(step_time_s=10.0, step_time_cv=0.0, tokens_per_step=1.0, gpus=8, hosts=1, dp=1, hosts_per_replica=1,
                 categories=(CAT,), distribution="exponential", weibull_shape=1.0,
-                method="sync", checkpoint_bytes=0.0, stall_s=100.0, write_s=0.0, background_slowdown=0.0, storage_write_s=100.0,
+                method="sync", checkpoint_bytes=0.0, checkpoint_size_source="test", stall_s=100.0, write_s=0.0, background_slowdown=0.0, storage_write_s=100.0,
                 persist_interval_s=3600.0, detect_s={"crash": 0.0, "hang": 0.0, "none": 0.0}, restart_s=50.0,
                 load_storage_s=0.0, load_memory_s=0.0, warmup_s=0.0, replicas=2, hot_spares=0, repair_time_s=0.0,
                 swap_time_s=0.0, elastic=False, min_dp=1, horizon_s=11000.0, target_steps=None, interval_s=None)
@@ -290,6 +290,28 @@ def test_checkpoint_size_from_memory_model_and_storage_bound(tmp_path):
     f2, sc2, topo2 = build_small(tmp_path, "reliability: {checkpoint: {storage: {write_bandwidth: '100 TB/s'}}}\n")
     q = M.build(load_spec(f2), sc2, topo2, step)
     assert q.stall_s == pytest.approx(10 + 14 * P / (8 * 8 * 50e9), rel=1e-3)
+
+
+@pytest.mark.parametrize("plan", ["tp: 8, pp: 1, dp: 8, zero_stage: 1", "tp: 8, pp: 1, dp: 4, cp: 2, zero_stage: 1",
+                                  "tp: 4, pp: 2, dp: 8, zero_stage: 3", "tp: 8, pp: 1, dp: 8, zero_stage: 0"])
+def test_checkpoint_size_deduplicates_replicas_for_every_plan(tmp_path, plan):
+    # whatever the plan, the unique state is the model's: 14 bytes x P (the padded vocabulary of
+    # tp 4 / tp 8 adds at most 0.2 % over the published-vocabulary count)
+    from simtrain.simulate import simulate
+    from simtrain.workload import parameter_counts
+    f = write(tmp_path / "p.yaml", scen().replace("tp: 8, pp: 1, dp: 8, zero_stage: 1", plan))
+    sc, topo = load_scenario(f)
+    size, how = M.checkpoint_bytes(simulate(sc, topo).result["memory"], sc)
+    assert how == "memory model"
+    assert size == pytest.approx(14 * parameter_counts(sc)["total"], rel=2e-3)
+
+
+def test_checkpoint_size_of_moe_from_parameter_count():
+    # Mixtral 8x7B: 46.7B parameters (Mistral AI), 2 + 12 bytes each in bf16 with Adam
+    sc, _ = load_scenario(ROOT / "scenarios" / "mixtral-8x7b-h100-64.yaml")
+    size, how = M.checkpoint_bytes([], sc)
+    assert how.startswith("parameter count")
+    assert size == pytest.approx(14 * 46.7e9, rel=5e-3)
 
 
 def test_section_errors_are_collected_with_key_paths(tmp_path):

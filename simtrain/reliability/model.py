@@ -61,6 +61,7 @@ class JobParams:
     # checkpoint
     method: str
     checkpoint_bytes: float
+    checkpoint_size_source: str
     stall_s: float
     write_s: float                  # background write that makes the checkpoint durable (first level)
     background_slowdown: float
@@ -114,12 +115,30 @@ class JobParams:
         return replace(self, **kw)
 
 
-def checkpoint_bytes(memory: list, sc) -> float:
-    """Unique weights + optimizer bytes over all ranks from the per-rank memory entries (one per pipeline rank)."""
+def checkpoint_bytes(memory: list, sc) -> tuple:
+    """Unique weights + optimizer bytes of the job, and how they were counted.
+
+    Dense plans: from the per-rank memory entries (one per pipeline rank), deduplicated over the
+    ranks that hold the same state: each of the tp shards of a stage is replicated over dp x cp
+    (the weights unless ZeRO-3, the optimizer unless ZeRO >= 1). Where the entries do not map
+    one-to-one onto model state (experts sharded over ep, DualPipe's duplicated stages) the
+    whole-model parameter count is used with the same bytes per parameter (2 for bf16/fp16
+    weights, 12 or 16 for the optimizer: the Megatron table of simtrain.simulate.static_memory)."""
     p = sc.parallel
-    w_rep = p.dp if p.zero_stage >= 3 else 1
-    o_rep = p.dp if p.zero_stage >= 1 else 1
-    return sum(m["weights"] * p.tp * w_rep + m["optimizer"] * p.tp * o_rep for m in memory)
+    dup = False
+    try:
+        from simtrain.schedules import schedule_for
+        dup = bool(schedule_for(p, sc.num_microbatches).duplicated_stages)
+    except Exception:           # a schedule given as CSV: its stages are never duplicated
+        dup = False
+    if getattr(sc.model, "moe", None) is None and not dup:
+        rep = p.dp * getattr(p, "cp", 1)
+        w_rep = rep if p.zero_stage >= 3 else 1
+        o_rep = rep if p.zero_stage >= 1 else 1
+        return sum(m["weights"] * p.tp * w_rep + m["optimizer"] * p.tp * o_rep for m in memory), "memory model"
+    from simtrain.workload import parameter_counts
+    per = 2.0 + (16.0 if sc.training.precision == "fp16" else 12.0)
+    return parameter_counts(sc)["total"] * per, "parameter count x bytes per parameter"
 
 
 def node_bandwidth_of(topo) -> float | None:
@@ -149,18 +168,20 @@ def build(spec: ReliabilitySpec, sc, topo, step: dict | None, file: str = "<scen
     if not step_time:
         errs.add("reliability.step_time", "no step time (the step simulation gave none)", 'give reliability.step_time, e.g. "12 s"')
     ck = spec.checkpoint
+    size_source = "reliability.checkpoint.size"
     if ck.size_bytes is not None:
         size = ck.size_bytes
     elif step is not None and step.get("memory"):
-        size = checkpoint_bytes(step["memory"], sc)
+        size, size_source = checkpoint_bytes(step["memory"], sc)
     else:
         size = 0.0
         errs.add("reliability.checkpoint.size", "no checkpoint size (no memory model result)", 'give checkpoint.size, e.g. "5.7 TB"')
     node_bw = ck.node_bandwidth if ck.node_bandwidth is not None else node_bandwidth_of(topo)
     if node_bw is None:
-        errs.add("reliability.checkpoint.storage.node_bandwidth", f"the topology kind {getattr(topo, 'kind', '?')} has no NIC bandwidth to bound storage traffic",
-                 'give a bandwidth per host, e.g. "50 GB/s"')
-        node_bw = 1.0
+        if ck.method == "in_memory":
+            errs.add("reliability.checkpoint.storage.node_bandwidth", f"the topology kind {getattr(topo, 'kind', '?')} has no NIC bandwidth "
+                     "for the copies to peer hosts", 'give a bandwidth per host, e.g. "50 GB/s"')
+        node_bw = math.inf          # storage traffic bounded by the storage alone
     errs.raise_if_any()
 
     store_bw = min(ck.write_bandwidth, hosts * node_bw)
@@ -198,7 +219,7 @@ def build(spec: ReliabilitySpec, sc, topo, step: dict | None, file: str = "<scen
         tokens_per_step=sc.training.global_batch_size * sc.model.seq_length,
         gpus=gpus, hosts=hosts, dp=p.dp, hosts_per_replica=hosts_per_replica,
         categories=cats, distribution=f.distribution, weibull_shape=f.weibull_shape,
-        method=ck.method, checkpoint_bytes=size, stall_s=stall, write_s=write, background_slowdown=rho,
+        method=ck.method, checkpoint_bytes=size, checkpoint_size_source=size_source, stall_s=stall, write_s=write, background_slowdown=rho,
         storage_write_s=storage_write, persist_interval_s=ck.persist_interval_s,
         detect_s={"crash": rec.detect_crash_s, "hang": rec.detect_hang_s, "none": 0.0},
         restart_s=restart, load_storage_s=load_storage, load_memory_s=load_memory, warmup_s=warmup,

@@ -39,7 +39,7 @@ def auto_interval_steps(p: M.JobParams) -> int:
 def describe(p: M.JobParams, n: int) -> dict:
     day = 86400.0
     return {
-        "method": p.method, "checkpoint_bytes": p.checkpoint_bytes, "stall_s": p.stall_s, "write_s": p.write_s,
+        "method": p.method, "checkpoint_bytes": p.checkpoint_bytes, "checkpoint_size_source": p.checkpoint_size_source, "stall_s": p.stall_s, "write_s": p.write_s,
         "background_slowdown": p.background_slowdown, "effective_overhead_s": p.effective_overhead_s,
         "storage_write_s": p.storage_write_s, "interval_steps": n, "interval_s": n * p.step_time_s,
         "levels": [{"name": lv.name, "every": lv.every, "write_s": lv.write_s} for lv in M.levels(p, n)],
