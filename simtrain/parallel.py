@@ -356,8 +356,9 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
         out = np.full(world, -1, dtype=np.int64)
         has = other >= 0
         if has.any():
-            names = topo.fabric.link_class_names(place[has], place[other[has]])
-            out[has] = [link_ids.setdefault(n, len(link_ids)) for n in names]
+            names = np.asarray(topo.fabric.link_class_names(place[has], place[other[has]]), dtype=object).astype(str)
+            uniq, inv = np.unique(names, return_inverse=True)
+            out[has] = np.asarray([link_ids.setdefault(str(n), len(link_ids)) for n in uniq], dtype=np.int64)[inv.reshape(-1)]
         return out
     lp, ln, lw, lm = links(prev), links(nxt), links(wrap), links(mir)
     link_names = {v: k for k, v in link_ids.items()}
@@ -410,7 +411,17 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
 def _dense_ids(rows):
     """Row -> id, numbered by first appearance (deterministic, as `_ids`)."""
     import numpy as np
-    _, first, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    rows = np.asarray(rows, dtype=np.int64)
+    lo = rows.min(axis=0)
+    span = rows.max(axis=0) - lo + 1
+    if float(np.log2(span.astype(float)).sum()) < 62:
+        # mixed-radix key per row: one 1-D unique instead of a row-wise one
+        key = np.zeros(len(rows), dtype=np.int64)
+        for j in range(rows.shape[1]):
+            key = key * int(span[j]) + (rows[:, j] - lo[j])
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        _, first, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)
     inv = inv.reshape(-1)
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))

@@ -64,6 +64,7 @@ class EOp:
     bytes: float = 0.0        # communication size (for the trace)
     order: float = -1.0       # position on its stream (defaults to the id)
     load: tuple = ()          # ((link, fraction of its capacity used when alone), ...): flow backend only
+    fused: tuple = ()         # ((stream, category, seconds, label), ...): collectives folded into this compute op
 
 
 def stream_sequences(ops: list) -> dict:
@@ -78,11 +79,13 @@ def stream_sequences(ops: list) -> dict:
 
 class Lowering:
     def __init__(self, sc: Scenario, topo: Topology, work: tuple, classes: list, sched: Schedule, costs, place=None,
-                 work_of=None):
+                 work_of=None, fuse: bool = True):
         """`work_of(ep_rank)`: the workload as an expert-parallel rank sees it (uneven expert
-        loads); by default every rank runs `work`."""
+        loads); by default every rank runs `work`. `fuse`: fold class-local collectives into
+        the compute op before them (`fusable`), which halves the ops of a tensor-parallel step."""
         self.sc, self.topo, self.work, self.classes, self.sched, self.costs = sc, topo, work, classes, sched, costs
         self.work_of = work_of or (lambda ep_rank: work)
+        self.fuse = fuse and not any(a.overlap_next for row in sched.actions for a in row)
         self.ops: list = []
         self.send_of: dict = {}      # (class id, F|B, mb, chunk) -> send op id
         self.pending_recv: list = [] # (op, producer class, F|B, mb, chunk) resolved after all classes
@@ -113,9 +116,16 @@ class Lowering:
             hit = self._seg_cache[id(seg)] = (sum(self.costs.duration(o) for o in seg), label, seg)
         return hit[0], hit[1]
 
-    def comm_op(self, c: RankClass, comm: Comm, deps, mb, seq, transient=0.0, chunk=0) -> EOp:
+    def fusable(self, c: RankClass, comm: Comm) -> bool:
+        """A collective can be folded into the compute op before it when nothing but that op can
+        start or delay it: its whole group is this class (no rendezvous with other ranks), no
+        overlapped pair shares its stream, and no other transfer contends with it (analytical
+        backend). The compute stream waits for it either way, so the step is the same."""
+        return self.fuse and self.flow is None and len(c.peers_of(comm.kind)) == 1
+
+    def comm_cost(self, c: RankClass, comm: Comm) -> tuple:
+        """(comm as timed, category, key, seconds) of one collective of class c."""
         shape = c.shape_of(comm.kind)
-        peers = c.peers_of(comm.kind)
         if comm.node_limit:
             # node-limited routing: only the copies that cross nodes are timed on the network
             share = node_limited_share(shape.nodes, *comm.node_limit)
@@ -136,6 +146,11 @@ class Lowering:
                 pick = self.chosen[key] = choose(comm.collective, comm.size_bytes, shape, self.topo,
                                                  net.algorithm_for(comm.collective), net.protocol, self.measured, self.comm_notes)
             dur = pick.seconds
+        return comm, category, key, dur
+
+    def comm_op(self, c: RankClass, comm: Comm, deps, mb, seq, transient=0.0, chunk=0) -> EOp:
+        peers = c.peers_of(comm.kind)
+        comm, category, key, dur = self.comm_cost(c, comm)
         op = self._new(c, stream=comm.kind, kind="coll", category=category, duration=dur,
                        label=f"{comm.collective}:{comm.name}", mb=mb, chunk=chunk, deps=list(deps),
                        rendezvous=(comm.kind, seq, peers) if len(peers) > 1 else None, peers=len(peers),
@@ -205,6 +220,12 @@ class _ClassLowering:
                 deps = []
                 continue
             if isinstance(it, Comm):
+                if last is not None and last.stream == "compute" and not deps and low.fusable(c, it):
+                    comm, cat, _, dur = low.comm_cost(c, it)
+                    self.next_seq(it.kind)
+                    last.duration += dur
+                    last.fused += ((comm.kind, cat, dur, f"{comm.collective}:{comm.name}"),)
+                    continue
                 if last is not None:
                     deps = deps + [last.id]
                 last = low.comm_op(c, it, deps, a.microbatch, self.next_seq(it.kind), chunk=a.chunk)

@@ -55,6 +55,10 @@ def attribute(ops: list, tl, classes: list) -> dict:
         t = 0.0
         for o in comp:
             acc["compute_s"] += end[o.id] - start[o.id]
+            for _, cat, secs, _ in o.fused:
+                # a collective folded into the op: the compute stream waited while it transferred
+                acc["compute_s"] -= secs
+                acc["exposed"][cat] += secs
             if start[o.id] > t + 1e-15:
                 deps = o.deps
                 if deps:
@@ -100,7 +104,7 @@ def chrome_trace(ops: list, tl, classes: list, topo, link_series: dict | None = 
     """`link_series` (flow backend): counter tracks of the busiest links' utilisation, in a
     "network" process after the rank classes."""
     order = ("compute", "tp", "cp", "ep", "etp", "dp", "edp", "pp_next", "pp_prev")
-    used = {op.stream for op in ops}
+    used = {op.stream for op in ops} | {x[0] for op in ops for x in op.fused}
     tids = {"compute": 0, "tp": 1, "dp": 2, "pp_next": 3, "pp_prev": 4}      # the dense streams keep their ids
     for name in order:
         if name in used and name not in tids:
@@ -129,9 +133,15 @@ def chrome_trace(ops: list, tl, classes: list, topo, link_series: dict | None = 
                 consumer[d] = op.id
     for op in ops:
         s, e = tl.start[op.id], tl.end[op.id]
+        t = e - sum(x[2] for x in op.fused)
         ev.append({"ph": "X", "name": op.label, "cat": op.category, "pid": op.cls, "tid": tids[op.stream],
-                   "ts": round(s * 1e6, 3), "dur": round((e - s) * 1e6, 3),
+                   "ts": round(s * 1e6, 3), "dur": round((t - s) * 1e6, 3),
                    "args": {"microbatch": op.mb, "bytes": op.bytes} if op.bytes else {"microbatch": op.mb}})
+        for stream, cat, secs, label in op.fused:
+            # a folded collective: drawn on its own stream right after the compute part
+            ev.append({"ph": "X", "name": label, "cat": cat, "pid": op.cls, "tid": tids[stream],
+                       "ts": round(t * 1e6, 3), "dur": round(secs * 1e6, 3), "args": {"microbatch": op.mb}})
+            t += secs
         if op.kind == "send" and op.id in consumer:
             dst = ops[consumer[op.id]]
             ev.append({"ph": "s", "id": op.id, "name": "p2p", "cat": "pp", "pid": op.cls, "tid": tids[op.stream], "ts": round(s * 1e6, 3)})
@@ -163,7 +173,11 @@ def timeline_png(ops: list, tl, classes: list, path: Path, title: str) -> None:
             continue
         r = row_of[op.cls]
         if op.stream == "compute":
-            bars.setdefault((r, op.category, 0), []).append((s, e - s))
+            t = e - sum(x[2] for x in op.fused)
+            bars.setdefault((r, op.category, 0), []).append((s, t - s))
+            for _, cat, secs, _ in op.fused:
+                bars.setdefault((r, cat, 1), []).append((t, secs))
+                t += secs
         else:
             bars.setdefault((r, op.category, 1), []).append((s, e - s))
     scale = 1e3
@@ -180,7 +194,7 @@ def timeline_png(ops: list, tl, classes: list, path: Path, title: str) -> None:
     ax.set_xlim(0, tl.step_time * scale)
     ax.set_xlabel("time (ms)")
     ax.set_title(title + " — idle shows as grey background")
-    cats = {op.category for op in ops}
+    cats = {op.category for op in ops} | {x[1] for op in ops for x in op.fused}
     legend = [(k, l) for k, l in (("F", "forward"), ("B", "backward (B / BW)"), ("W", "weight grad (W)"), ("opt", "optimizer"),
                                   ("tp", "tp comm"), ("cp", "cp comm"), ("ep", "ep dispatch / combine"), ("pp", "pp send"),
                                   ("dp", "dp comm")) if k in ("F", "B", "W", "opt", "tp", "pp", "dp") or k in cats]

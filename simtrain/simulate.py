@@ -158,10 +158,11 @@ def cp_section(sc: Scenario, work) -> dict:
             "bytes_sent_per_layer_forward": sent(lp.forward), "bytes_sent_per_layer_backward": sent(lp.backward)}
 
 
-def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False) -> StepRun:
+def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False, fuse: bool = True) -> StepRun:
     """`costs` replaces the calibrated compute cost model (any ComputeCostModel). `every_rank`
     simulates each rank on its own instead of one per equivalence class (the brute-force
-    reference: the results must be the same)."""
+    reference: the results must be the same). `fuse=False` keeps every class-local collective as
+    its own op (the same results, twice the ops)."""
     t0 = time.perf_counter()
     p = sc.parallel
     dev = device_of(sc.cluster)
@@ -183,7 +184,7 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False)
     place = placement_of(sc, grid, topo)
     classes = equivalence_classes(grid, topo, place, mirror=sched.duplicated_stages, ep_split=ep_split, every_rank=every_rank)
     costs = costs or CalibratedRoofline(dev, sc.training.precision)
-    low = Lowering(sc, topo, work, classes, sched, costs, place, work_of)
+    low = Lowering(sc, topo, work, classes, sched, costs, place, work_of, fuse=fuse)
     ops = low.lower()
     tl = engine.run(ops, [c.id for c in classes])
     attr = attribute(ops, tl, classes)

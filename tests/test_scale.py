@@ -69,3 +69,22 @@ def test_grouping_matches_every_rank_simulated(tmp_path, plain_topology, case):
     brute = simulate(sc, topo, every_rank=True)
     assert brute.result["simulated_classes"] == sc.world_size > grouped.result["simulated_classes"]
     _same(grouped.result, brute.result)
+
+
+@pytest.mark.parametrize("par", [
+    {"tp": 2, "pp": 2, "dp": 4, "sequence_parallel": True},
+    {"tp": 4, "pp": 2, "dp": 2, "zero_stage": 3},
+    {"tp": 2, "pp": 4, "dp": 2, "schedule": "interleaved_1f1b"},
+    {"tp": 2, "pp": 2, "dp": 4, "schedule": "zb_h1"},
+])
+def test_folding_class_local_collectives_changes_nothing(tmp_path, plain_topology, par):
+    """Folding a collective whose group is one class into the compute op before it (the default)
+    gives the same step, breakdown and memory as keeping it as its own op."""
+    sc, topo = load_scenario(small_scenario(tmp_path, plain_topology, parallel=par, nodes=4,
+                                            training={"global_batch_size": 16}))
+    a = simulate(sc, topo).result
+    b = simulate(sc, topo, fuse=False).result
+    _same(a, b)
+    for k in ("tp", "dp", "pp"):
+        assert a["breakdown"]["exposed_comm_s"][k] == pytest.approx(b["breakdown"]["exposed_comm_s"][k], rel=1e-9, abs=1e-15)
+    assert a["simulated_ops"] < b["simulated_ops"]

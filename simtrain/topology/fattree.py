@@ -480,12 +480,13 @@ class FatTree(Fabric):
         return out.tolist()
 
     def span_class(self, devices) -> str:
-        devices = list(devices)
-        if len({d // self.dpn for d in devices}) <= 1:
-            if self.s.domain_topology is not None and len({d // self.dph for d in devices}) > 1:
+        import numpy as np
+        devices = np.asarray(list(devices), dtype=np.int64)
+        if len(np.unique(devices // self.dpn)) <= 1:
+            if self.s.domain_topology is not None and len(np.unique(devices // self.dph)) > 1:
                 return "domain"
             return "scale_up"
-        leaves = {self.leaf_of(d) for d in devices}
+        leaves = {int(x) for x in np.unique(self._leaf_np(devices))}
         if len(leaves) <= 1:
             return "leaf"
         return "core" if len({self.pod_of_leaf(x) for x in leaves}) > 1 else "spine"
