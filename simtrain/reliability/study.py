@@ -278,7 +278,7 @@ def summary(r: dict) -> str:
                       f"{f['ops_cut']} op(s) cut, {f['ops_never_run']:,} of {f['ops']:,} ops never run",
                   ("    every rank is in the failed rank's equivalence class here, so no simulated peer is left to block; "
                    "the others would wait at their next exchange with it" if f["other_classes"] == 0 else
-                   f"    the others block on it" + (" at the next step's first exchange" if f["blocked_in_next_step"] else
+                   "    the others block on it" + (" at the next step's first exchange" if f["blocked_in_next_step"] else
                                                      f" from {min(b['since_s'] for b in f['blocked']):.3f} s ({f['blocked_on_peers']} streams)")) +
                   f"; the watchdog ({f['timeout_s']:g} s) aborts the job at {f['abort_s']:.1f} s, {f['detection_s']:.1f} s after the failure; the step is lost"]
     cc = r["cross_check"]
