@@ -178,6 +178,7 @@ class Trial:
         self.free = p.hot_spares                                 # hosts in the hot-spare pool
         self.waiter = None                                       # the job's event while it waits for a spare
         self.phase = "restart"
+        self.cur = None                                          # (phases, start) of the recovery in progress
         self.levels = levels_of(p, self.N)
         self.b = dict.fromkeys(BUCKETS, 0.0)
         self.compute_s = 0.0
@@ -407,46 +408,36 @@ class Trial:
         self.pending = []
 
     # -- the job ---------------------------------------------------------------------------------
-    def _phases(self, seq):
-        """Consecutive recovery phases [(bucket, seconds)] as one timeout (fewer events than one
-        per phase); an interrupt accounts the part of each phase that elapsed and re-raises with
-        self.phase naming the phase it hit."""
-        t0 = self.env.now
-        total = sum(d for _, d in seq)
-        self.state = ("recovery", t0)
-        try:
-            if total > 0:
-                yield self.env.timeout(total)
-        finally:
-            e = self.env.now - t0
-            self.phase = seq[-1][0] if seq else "restart"
-            t = t0
-            for name, d in seq:
-                used = min(d, max(0.0, e))
-                if used > 0:
-                    self.b[name] += used
-                    if self.record:
-                        self.events.append((t, t + used, name))
-                t += used
-                e -= d
-                if e < 0:
-                    self.phase = name
-                    break
-            self.state = ("idle", self.env.now)
+    def _open(self, seq):
+        """Starts consecutive recovery phases [(bucket, seconds)]; the job waits on one timeout
+        for all of them (fewer events than one per phase). Returns that timeout."""
+        self.cur = (seq, self.env.now)
+        self.state = ("recovery", self.env.now)
+        total = 0.0
+        for _, d in seq:
+            total += d
+        return self.env.timeout(total)
 
-    def _spare_wait(self):
-        t0 = self.env.now
-        self.state = ("spare_wait", t0)
-        self.waiter = self.env.event()
-        try:
-            yield self.waiter
-        finally:
-            self.waiter = None
-            self.phase = "spare_wait"
-            self.b["spare_wait"] += self.env.now - t0
-            if self.record and self.env.now > t0:
-                self.events.append((t0, self.env.now, "spare_wait"))
-            self.state = ("idle", self.env.now)
+    def _close(self):
+        """Accounts the phases opened last up to now (all of them, or up to an interrupt or the
+        horizon); sets self.phase to the phase now was in."""
+        seq, t0 = self.cur
+        self.cur = None
+        e = self.env.now - t0
+        t = t0
+        self.phase = seq[-1][0]
+        for name, d in seq:
+            used = d if d < e else e
+            if used > 0:
+                self.b[name] += used
+                if self.record:
+                    self.events.append((t, t + used, name))
+                t += used
+            e -= d
+            if e < 0:
+                self.phase = name
+                break
+        self.state = ("idle", self.env.now)
 
     def _take(self, need):
         """Hosts for `need` swap failures: hot spares first, then (elastic) fewer replicas. Returns what is still missing."""
@@ -496,22 +487,32 @@ class Trial:
                 try:
                     need = self._take(need)
                     if need > 0:
-                        yield from self._phases([("detection", max(0.0, det_end - env.now))])
+                        yield self._open([("detection", max(0.0, det_end - env.now))])
+                        self._close()
                         need = self._take(need)
                         while need > 0:
                             self.spare_waits += 1
-                            yield from self._spare_wait()
+                            self.cur = ([("spare_wait", math.inf)], env.now)
+                            self.state = ("spare_wait", env.now)
+                            self.waiter = env.event()
+                            yield self.waiter
+                            self.waiter = None
+                            self._close()
                             need = self._take(need)
                         det = 0.0
                     else:
                         det = max(0.0, det_end - env.now)
                     self.min_dp = min(self.min_dp, self.dp_eff)
                     load = 0.0 if planned else (p.load_memory_s if self.load_from == "memory" else p.load_storage_s)
-                    yield from self._phases([("detection", det), ("restart", p.restart_s + (p.swap_time_s if swapped else 0.0)),
-                                             ("load", load), ("warmup", p.warmup_s)])
+                    yield self._open([("detection", det), ("restart", p.restart_s + (p.swap_time_s if swapped else 0.0)),
+                                      ("load", load), ("warmup", p.warmup_s)])
+                    self._close()
                     cause = None
                     break
                 except simpy.Interrupt as i:
+                    self.waiter = None
+                    if self.cur is not None:
+                        self._close()
                     phase = self.phase
                     c = i.cause
                     self._rollback(c)
@@ -534,7 +535,8 @@ class Trial:
             end = p.horizon_s
             if self.state[0] == "run":
                 self._cut(end)
-            self.gen.close()        # a recovery phase in progress is accounted up to the horizon (its `finally`)
+            elif self.cur is not None:
+                self._close()       # the recovery phase in progress, up to the horizon
             useful_steps = self.progress
         else:
             env.run(until=self.proc)
