@@ -14,7 +14,7 @@ import io
 import json
 import platform
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import yaml
@@ -150,6 +150,7 @@ def study(path, overrides=(), days=None, tokens=None, trials=None, seed=None, jo
         **summarize(res["main"]),
         "closed_form": closed_form(p, n),
         "cross_check": cross_check(p),
+        "reliability_spec": asdict(spec),       # the section as resolved (defaults filled in, SI units)
     }
     if sweep:
         result["sweep"] = _sweep_block(p, sweep_ns, res, spec.trials)
