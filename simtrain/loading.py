@@ -114,7 +114,87 @@ CLUSTER = {
     "device_profile": ("str?", False, None),
     "topology": ("str", True, None),
     "nodes": ("posint", True, None),
+    "stragglers": ("any", False, None),
+    "jitter": ("any", False, None),
+    "mixed": ("any", False, None),
 }
+
+STRAGGLER_KEYS = {
+    "devices": ("any", False, None),
+    "fraction": ("float?", False, None),
+    "compute": ("float", False, 1.0),
+    "memory": ("float", False, 1.0),
+    "link": ("float", False, 1.0),
+}
+
+JITTER_KEYS = {
+    "distribution": (("normal", "lognormal"), False, "normal"),
+    "sigma": ("float", True, None),
+}
+
+
+def _resolve_heterogeneity(cluster: dict, errs: Collector) -> None:
+    """cluster.stragglers / jitter / mixed -> the spec's tuples (see simtrain.stragglers)."""
+    from simtrain.stragglers import Jitter, Straggler
+    nodes = cluster.get("nodes")
+    raw = cluster.pop("stragglers", None)
+    out = []
+    if raw is not None:
+        if not isinstance(raw, list):
+            errs.add("cluster.stragglers", "expected a list of entries", "write e.g. `[{fraction: 0.01, compute: 1.2}]`")
+            raw = []
+        for i, e in enumerate(raw):
+            path = f"cluster.stragglers[{i}]"
+            before = len(errs.problems)
+            v = validate_map(e, STRAGGLER_KEYS, path, errs)
+            if len(errs.problems) > before:
+                continue
+            devs, frac = v["devices"], v["fraction"]
+            if (devs is None) == (frac is None):
+                errs.add(path, "give exactly one of `devices` (a list of device indices) and `fraction`",
+                         "write e.g. `{devices: [3, 17], compute: 1.3}` or `{fraction: 0.01, compute: 1.3}`")
+                continue
+            if devs is not None and not (isinstance(devs, list) and devs and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in devs)):
+                errs.add(f"{path}.devices", "expected a non-empty list of device indices >= 0", "write e.g. `[3, 17]`")
+                continue
+            if frac is not None and not 0 < frac <= 1:
+                errs.add(f"{path}.fraction", f"must be in (0, 1], got {frac}", "write e.g. `0.01` for 1 % of the devices")
+                continue
+            for k in ("compute", "memory", "link"):
+                if v[k] <= 0:
+                    errs.add(f"{path}.{k}", f"a time factor must be > 0, got {v[k]}", "write e.g. `1.3` (30 % slower)")
+            out.append(Straggler(devices=tuple(devs or ()), fraction=frac or 0.0, compute=v["compute"], memory=v["memory"], link=v["link"]))
+    cluster["stragglers"] = tuple(out)
+    j = cluster.pop("jitter", None)
+    cluster["jitter"] = None
+    if j is not None:
+        before = len(errs.problems)
+        v = validate_map(j, JITTER_KEYS, "cluster.jitter", errs)
+        if len(errs.problems) == before:
+            if v["sigma"] < 0:
+                errs.add("cluster.jitter.sigma", f"must be >= 0, got {v['sigma']}", "write e.g. `0.02` (2 %)")
+            else:
+                cluster["jitter"] = Jitter(**v)
+    m = cluster.pop("mixed", None)
+    blocks = []
+    if m is not None:
+        if not isinstance(m, list):
+            errs.add("cluster.mixed", "expected a list of node blocks", "write e.g. `[{nodes: 16, device: a100-sxm4-80gb}]`")
+            m = []
+        for i, e in enumerate(m):
+            path = f"cluster.mixed[{i}]"
+            v = validate_map(e, {"nodes": ("posint", True, None), "device": ("str", True, None)}, path, errs)
+            if v.get("device") is not None and v["device"] not in devices.preset_names():
+                errs.add(f"{path}.device", f"unknown device {v['device']!r}", f"use one of: {', '.join(devices.preset_names())}")
+            elif v.get("nodes"):
+                blocks.append((v["nodes"], v["device"]))
+        if nodes and sum(n for n, _ in blocks) > nodes:
+            errs.add("cluster.mixed", f"the blocks hold {sum(n for n, _ in blocks)} nodes, the cluster {nodes}",
+                     "make the blocks add up to at most cluster.nodes (the rest runs cluster.device)")
+        if blocks and cluster.get("device_profile"):
+            errs.add("cluster.mixed", "mixed device types cannot be combined with one device_profile", "remove device_profile or mixed")
+    cluster["mixed"] = tuple(blocks)
+
 
 def _algorithm_choices(coll: str) -> tuple:
     from simtrain.collectives import ALGORITHMS
@@ -397,6 +477,8 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
         errs.add("name", "expected text", "write e.g. `name: my-run`")
 
     topo = None
+    if cluster is not None:
+        _resolve_heterogeneity(cluster, errs)
     if cluster and cluster.get("device") is not None and cluster["device"] not in devices.preset_names():
         errs.add("cluster.device", f"unknown device {cluster['device']!r}", f"use one of: {', '.join(devices.preset_names())}")
     if cluster and cluster.get("device_profile"):
@@ -451,7 +533,8 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
         parallel=ParallelSpec(**parallel, layers_per_stage=tuple(lps) if lps is not None else None,
                               device_of_rank=tuple(dor) if dor is not None else None),
         cluster=ClusterSpec(device=cluster["device"], topology_file=cluster["topology"], nodes=cluster["nodes"],
-                            device_profile=cluster.get("device_profile") or ""),
+                            device_profile=cluster.get("device_profile") or "", stragglers=cluster["stragglers"],
+                            jitter=cluster["jitter"], mixed=cluster["mixed"]),
         network=NetworkSpec(**network), seed=seed, source_file=str(path),
     )
     return sc, topo
@@ -643,6 +726,12 @@ def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> No
             errs.add("parallel", f"tp x pp x dp x cp = {p['tp']} x {p['pp']} x {p['dp']} x {p['cp']} = {world}, but the cluster has "
                      f"{cluster['nodes']} nodes x {topo.devices_per_node} = {topo.num_devices} devices",
                      f"set cluster.nodes to {world / topo.devices_per_node:g} or change the plan")
+    if topo is not None and cluster:
+        for i, st in enumerate(cluster.get("stragglers") or ()):
+            bad = [d for d in st.devices if d >= topo.num_devices]
+            if bad:
+                errs.add(f"cluster.stragglers[{i}].devices", f"device {bad[0]} does not exist: the cluster has {topo.num_devices} devices (0..{topo.num_devices - 1})",
+                         "use device indices below the device count (node n, local device k is n x devices_per_node + k)")
     if cluster and training and cluster.get("device") in devices.preset_names():
         dev = devices.get_device(cluster["device"])
         prec = training.get("precision")

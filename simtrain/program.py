@@ -79,12 +79,14 @@ def stream_sequences(ops: list) -> dict:
 
 class Lowering:
     def __init__(self, sc: Scenario, topo: Topology, work: tuple, classes: list, sched: Schedule, costs, place=None,
-                 work_of=None, fuse: bool = True):
+                 work_of=None, fuse: bool = True, class_costs=None, link_factor=None):
         """`work_of(ep_rank)`: the workload as an expert-parallel rank sees it (uneven expert
         loads); by default every rank runs `work`. `fuse`: fold class-local collectives into
         the compute op before them (`fusable`), which halves the ops of a tensor-parallel step."""
         self.sc, self.topo, self.work, self.classes, self.sched, self.costs = sc, topo, work, classes, sched, costs
         self.work_of = work_of or (lambda ep_rank: work)
+        self.class_costs = class_costs or {}       # class id -> cost model (stragglers, mixed devices)
+        self.link_factor = link_factor or {}       # class id -> time factor of its transfers
         self.fuse = fuse and not any(a.overlap_next for row in sched.actions for a in row)
         self.ops: list = []
         self.send_of: dict = {}      # (class id, F|B, mb, chunk) -> send op id
@@ -108,12 +110,19 @@ class Lowering:
         self.ops.append(op)
         return op
 
-    def seg_time(self, seg) -> tuple:
-        """(duration, label) of a fused segment, cached per segment object (templates repeat)."""
-        hit = self._seg_cache.get(id(seg))
+    def costs_of(self, c: RankClass):
+        """The class's compute cost model (its device type, slowed by its straggler factors)."""
+        return self.class_costs.get(c.id, self.costs)
+
+    def seg_time(self, seg, costs=None) -> tuple:
+        """(duration, label) of a fused segment, cached per segment object and cost model
+        (templates repeat)."""
+        costs = costs or self.costs
+        key = (id(seg), id(costs))
+        hit = self._seg_cache.get(key)
         if hit is None:
             label = "+".join(o.name for o in seg[:3]) + ("+..." if len(seg) > 3 else "")
-            hit = self._seg_cache[id(seg)] = (sum(self.costs.duration(o) for o in seg), label, seg)
+            hit = self._seg_cache[key] = (sum(costs.duration(o) for o in seg), label, seg)
         return hit[0], hit[1]
 
     def fusable(self, c: RankClass, comm: Comm) -> bool:
@@ -122,6 +131,11 @@ class Lowering:
         overlapped pair shares its stream, and no other transfer contends with it (analytical
         backend). The compute stream waits for it either way, so the step is the same."""
         return self.fuse and self.flow is None and len(c.peers_of(comm.kind)) == 1
+
+    def slowest_link(self, class_ids) -> float:
+        """A collective or transfer is as slow as the slowest member's links."""
+        lf = self.link_factor
+        return max((lf.get(i, 1.0) for i in class_ids), default=1.0) if lf else 1.0
 
     def comm_cost(self, c: RankClass, comm: Comm) -> tuple:
         """(comm as timed, category, key, seconds) of one collective of class c."""
@@ -151,6 +165,7 @@ class Lowering:
     def comm_op(self, c: RankClass, comm: Comm, deps, mb, seq, transient=0.0, chunk=0) -> EOp:
         peers = c.peers_of(comm.kind)
         comm, category, key, dur = self.comm_cost(c, comm)
+        dur *= self.slowest_link(peers)
         op = self._new(c, stream=comm.kind, kind="coll", category=category, duration=dur,
                        label=f"{comm.collective}:{comm.name}", mb=mb, chunk=chunk, deps=list(deps),
                        rendezvous=(comm.kind, seq, peers) if len(peers) > 1 else None, peers=len(peers),
@@ -222,6 +237,7 @@ class _ClassLowering:
             if isinstance(it, Comm):
                 if last is not None and last.stream == "compute" and not deps and low.fusable(c, it):
                     comm, cat, _, dur = low.comm_cost(c, it)
+                    dur *= low.slowest_link((c.id,))
                     self.next_seq(it.kind)
                     last.duration += dur
                     last.fused += ((comm.kind, cat, dur, f"{comm.collective}:{comm.name}"),)
@@ -231,7 +247,7 @@ class _ClassLowering:
                 last = low.comm_op(c, it, deps, a.microbatch, self.next_seq(it.kind), chunk=a.chunk)
                 deps = []
             else:
-                d, label = low.seg_time(it)
+                d, label = low.seg_time(it, low.costs_of(c))
                 if d == 0.0 and not deps and last is not None:
                     continue
                 if last is not None and last.stream != "compute":
@@ -251,7 +267,7 @@ class _ClassLowering:
         the block that arrived in transfer i-1 (the first sends the local K, V once the
         projections before the ring are done). Transfers are cp-group collectives."""
         low, c = self.low, self.c
-        d, label = low.seg_time(ring.segment)
+        d, label = low.seg_time(ring.segment, low.costs_of(c))
         start = list(deps) + ([last.id] if last is not None else [])
         prev_x = None
         out = None
@@ -302,6 +318,7 @@ class _ClassLowering:
             key, dur, load = flow.p2p(self.c, r, nbytes, link)
         else:
             dur = p2p_time(nbytes, link, self.low.topo)
+        dur *= self.low.slowest_link((self.c.id, self._neighbour(r)[0]))
         snd = self.low._new(self.c, stream=stream, kind="send", category="pp", duration=dur, load=load,
                             label=f"send_{'act' if kind == 'F' else 'grad'}{a.microbatch}" + (f".{a.chunk}" if self.sched.chunks > 1 else ""),
                             mb=a.microbatch, chunk=a.chunk, deps=[last.id], bytes=nbytes)
@@ -538,13 +555,13 @@ class _ClassLowering:
             # sends N/2 twice each way: N / B, one exchange of N.
             n = low.grad_bytes * shard
             peers = tuple(sorted({c.id, c.pp_mirror}))
-            ex = low._new(c, stream="dp", kind="coll", category="dp", duration=p2p_time(n, c.link_mirror, low.topo),
+            ex = low._new(c, stream="dp", kind="coll", category="dp", duration=p2p_time(n, c.link_mirror, low.topo) * low.slowest_link(peers),
                           label="twin_grad_all_reduce", deps=list(opt_deps), bytes=n,
                           rendezvous=("twin", 1, peers) if len(peers) > 1 else None, peers=len(peers))
             opt_deps = [ex.id]
         local = dense / (dpcp if self.zero >= 1 else 1) + expert / (edp if self.zero >= 1 else 1)
         opt = low._new(c, stream="compute", kind="compute", category="opt",
-                       duration=low.costs.memory_time(OPT_BYTES_PER_PARAM * local), label="optimizer_step", deps=opt_deps)
+                       duration=low.costs_of(c).memory_time(OPT_BYTES_PER_PARAM * local), label="optimizer_step", deps=opt_deps)
         if self.zero in (1, 2) and self.dp_on and not p.overlap_param_gather:
             self.dp_comm("all_gather", ACT_BYTES * dense, "param_all_gather", [opt.id], -1)
         if self.zero in (1, 2) and self.edp_on:

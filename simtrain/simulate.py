@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from simtrain import engine
 from simtrain.costs import CalibratedRoofline
-from simtrain.devices import device_of
+from simtrain.devices import device_of, get_device
+from simtrain.stragglers import ScaledCosts, critical_path, device_factors
 from simtrain.parallel import RankGrid, equivalence_classes, placement_of
 from simtrain.program import Lowering
 from simtrain.results import attribute, KINDS
@@ -104,6 +105,33 @@ def collectives_section(low) -> list:
     return out
 
 
+def straggler_section(sc: Scenario, topo: Topology, classes, ops, tl, factors, fuse: bool, costs=None) -> dict:
+    """The counterfactual (the same scenario without stragglers and jitter, simulated now), the
+    straggling devices, and the ranks on the critical path with their time on it."""
+    from dataclasses import replace
+    clean = replace(sc, cluster=replace(sc.cluster, stragglers=(), jitter=None))
+    base = simulate(clean, topo, costs, fuse=fuse).result["step_time_s"]
+    by = {c.id: c for c in classes}
+    on_path: dict = {}
+    for cid, secs in critical_path(ops, tl):
+        on_path[cid] = on_path.get(cid, 0.0) + secs
+    chosen = set(factors.chosen)
+    path = []
+    for cid, secs in sorted(on_path.items(), key=lambda kv: (-kv[1], kv[0])):
+        c = by[cid]
+        d = c.device
+        path.append({"class": cid, "representative_rank": c.ranks[0], "ranks": c.multiplicity, "stage": c.stage,
+                     "device": topo.device_id(d), "seconds": secs,
+                     "straggler": d in chosen,
+                     "factors": {"compute": float(factors.compute[d]), "memory": float(factors.memory[d]), "link": float(factors.link[d])}})
+    step = tl.step_time
+    return {
+        "devices": [topo.device_id(d) for d in factors.chosen[:50]], "count": len(factors.chosen),
+        "step_time_without_s": base, "slowdown": step / base if base > 0 else 0.0,
+        "critical_path": path[:20],
+    }
+
+
 def moe_section(sc: Scenario, low, ops, tl) -> dict:
     """Routing and expert-parallel traffic of the step: per MoE layer, how uneven the expert-parallel
     ranks' loads are (largest rank's tokens over the mean) and what fraction of the assignments the
@@ -164,6 +192,7 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False,
     reference: the results must be the same). `fuse=False` keeps every class-local collective as
     its own op (the same results, twice the ops)."""
     t0 = time.perf_counter()
+    costs_given = costs is not None
     p = sc.parallel
     dev = device_of(sc.cluster)
     m = sc.num_microbatches
@@ -182,9 +211,26 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False,
         return works[ep_rank]
     grid = RankGrid(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp)
     place = placement_of(sc, grid, topo)
-    classes = equivalence_classes(grid, topo, place, mirror=sched.duplicated_stages, ep_split=ep_split, every_rank=every_rank)
+    het = sc.cluster.heterogeneous
+    factors = device_factors(sc.cluster, topo.num_devices, topo.devices_per_node, sc.seed) if het else None
+    classes = equivalence_classes(grid, topo, place, mirror=sched.duplicated_stages, ep_split=ep_split, every_rank=every_rank,
+                                  rank_key=factors.rank_key(place) if het else None)
     costs = costs or CalibratedRoofline(dev, sc.training.precision)
-    low = Lowering(sc, topo, work, classes, sched, costs, place, work_of, fuse=fuse)
+    class_costs, link_factor, dev_of = {}, {}, {}
+    if het:
+        bases = {dev.key: costs}
+        for c in classes:
+            d = c.device
+            kind = factors.device[d]
+            if kind not in bases:
+                bases[kind] = CalibratedRoofline(get_device(kind), sc.training.precision)
+            cf, mf = float(factors.compute[d]), float(factors.memory[d])
+            base = bases[kind]
+            class_costs[c.id] = base if cf == mf == 1.0 else ScaledCosts(base, cf, mf)
+            link_factor[c.id] = float(factors.link[d])
+            dev_of[c.id] = kind
+    low = Lowering(sc, topo, work, classes, sched, costs, place, work_of, fuse=fuse,
+                   class_costs=class_costs, link_factor=link_factor)
     ops = low.lower()
     tl = engine.run(ops, [c.id for c in classes])
     attr = attribute(ops, tl, classes)
@@ -195,6 +241,9 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False,
     hflops = hardware_flops_per_step(sc, nominal)
     peak = dev.peak(sc.training.precision)
     world = sc.world_size
+    if het and sc.cluster.mixed:
+        # mixed device types: MFU against the summed peaks of the devices in use
+        peak = sum(get_device(factors.device[int(d)]).peak(sc.training.precision) for d in place) / world
     tokens = sc.training.global_batch_size * sc.model.seq_length
 
     layer_params = max((d + e for w in work for d, e in zip(w.layer_dense, w.layer_expert)), default=0.0)
@@ -212,6 +261,7 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False,
             "exposed_comm_s": {k: a["exposed"][k] for k in KINDS},
         })
     seen_stage = {}
+    short = 0.0
     for c in classes:
         held = sched.stage_of[c.stage]
         st = static_memory(sc, sum(work[k].params for k in held), sum(work[k].expert_params for k in held))
@@ -222,9 +272,14 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False,
                  "activations": act, "communication_buffers": buf, "total": total,
                  "inflight_peak": tl.inflight_peak[c.id],
                  "inflight_microbatches_peak": tl.inflight_peak[c.id] * sched.pp / sched.num_stages}
+        if het and sc.cluster.mixed:
+            entry["device"] = dev_of[c.id]
+            entry["capacity"] = get_device(dev_of[c.id]).memory_bytes
         if c.stage not in seen_stage or total > seen_stage[c.stage]["total"]:
             seen_stage[c.stage] = entry
         peak_mem = max(peak_mem, total)
+        if het and sc.cluster.mixed:
+            short = max(short, total - get_device(dev_of[c.id]).memory_bytes)
     memory = [seen_stage[s] for s in sorted(seen_stage)]
     cap = dev.memory_bytes
     crit = max(classes, key=lambda c: (attr[c.id]["compute_s"], -c.id))
@@ -241,8 +296,8 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False,
         "bubble_fraction": bubble_frac,
         "peak_memory_bytes": peak_mem,
         "memory_capacity_bytes": cap,
-        "fits_in_memory": peak_mem <= cap,
-        "memory_shortfall_bytes": max(0.0, peak_mem - cap),
+        "fits_in_memory": (short <= 0) if (het and sc.cluster.mixed) else peak_mem <= cap,
+        "memory_shortfall_bytes": max(0.0, short) if (het and sc.cluster.mixed) else max(0.0, peak_mem - cap),
         "num_devices": world,
         "num_microbatches": m,
         "schedule": sched.name,
@@ -263,6 +318,8 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False,
         "calibration_warnings": sorted(getattr(costs, "outside", set()) | {f"{dev.key}: {n}" for n in low.comm_notes}),
     }
     result["collectives"] = collectives_section(low)
+    if sc.cluster.stragglers or (sc.cluster.jitter is not None and sc.cluster.jitter.sigma > 0):
+        result["stragglers"] = straggler_section(sc, topo, classes, ops, tl, factors, fuse, costs if costs_given else None)
     if moe is not None:
         result["moe"] = moe_section(sc, low, ops, tl)
     if p.cp > 1:

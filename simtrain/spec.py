@@ -123,6 +123,13 @@ class ClusterSpec:
     topology_file: str
     nodes: int
     device_profile: str = ""       # a measured profile (simtrain calibrate) refining the device preset
+    stragglers: tuple = ()         # simtrain.stragglers.Straggler entries
+    jitter: Optional[object] = None   # simtrain.stragglers.Jitter
+    mixed: tuple = ()              # ((nodes, device preset), ...) blocks in node order
+
+    @property
+    def heterogeneous(self) -> bool:
+        return bool(self.stragglers or (self.jitter is not None and self.jitter.sigma > 0) or self.mixed)
 
 
 @dataclass(frozen=True)
@@ -173,6 +180,15 @@ class Scenario:
         for k in ("moe", "mla", "encoder"):
             if d["model"][k] is None:
                 d["model"].pop(k)
+        for k, empty in (("stragglers", ()), ("jitter", None), ("mixed", ())):
+            if d["cluster"][k] in (empty, None):
+                d["cluster"].pop(k)
+        if "stragglers" in d["cluster"]:
+            d["cluster"]["stragglers"] = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in x.items()
+                                           if v not in ((), 0.0) or k in ("compute", "memory", "link")}
+                                          for x in d["cluster"]["stragglers"]]
+        if "mixed" in d["cluster"]:
+            d["cluster"]["mixed"] = [{"nodes": n, "device": dv} for n, dv in d["cluster"]["mixed"]]
         if "moe" in d["model"]:
             r = d["model"]["moe"]["routing"]
             if r["loads"] is None:

@@ -1,0 +1,152 @@
+"""Stragglers and heterogeneity (between the parallel plan and the lowering): per-device
+slowdowns, seeded compute jitter and mixed device types, turned into per-rank factors.
+
+    cluster:
+      stragglers:                       # any number of entries
+        - {devices: [17, 300], compute: 1.3}                   # device indices (node by node)
+        - {fraction: 0.01, compute: 1.2, memory: 1.1, link: 2.0}   # drawn with the scenario seed
+      jitter: {distribution: normal, sigma: 0.02}              # per-device compute factor 1 + N(0, sigma), seeded
+      mixed:                            # node blocks in node order; the rest runs cluster.device
+        - {nodes: 16, device: a100-sxm4-80gb}
+
+A factor multiplies a time: `compute` the GEMM and attention kernels, `memory` the memory-bound
+operators and the optimizer step, `link` every transfer of a collective or pipeline send that the
+device takes part in (a collective is as slow as its slowest member). Factors combine by
+multiplication when entries overlap. Ranks with different factors or device types get different
+integer keys, and the rank grouping (`parallel.equivalence_classes(rank_key=...)`) splits exactly
+the classes that differ.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Straggler:
+    devices: tuple = ()
+    fraction: float = 0.0
+    compute: float = 1.0
+    memory: float = 1.0
+    link: float = 1.0
+
+
+@dataclass(frozen=True)
+class Jitter:
+    distribution: str = "normal"     # normal | lognormal
+    sigma: float = 0.0
+
+
+@dataclass(frozen=True)
+class DeviceFactors:
+    """Per device (index = device): compute, memory and link time factors and the device type."""
+    compute: np.ndarray
+    memory: np.ndarray
+    link: np.ndarray
+    device: tuple                    # device preset per device
+    chosen: tuple                    # devices named or drawn as stragglers, sorted
+
+    def rank_key(self, place) -> np.ndarray:
+        """An integer per rank that is equal exactly when the ranks' devices behave the same."""
+        place = np.asarray(place)
+        rows = np.stack([self.compute[place], self.memory[place], self.link[place]], axis=1)
+        kinds = {d: i for i, d in enumerate(sorted(set(self.device)))}
+        dev = np.asarray([kinds[self.device[d]] for d in place], dtype=float)
+        rows = np.concatenate([rows, dev[:, None]], axis=1)
+        _, inv = np.unique(rows, axis=0, return_inverse=True)
+        return inv.reshape(-1).astype(np.int64)
+
+    @property
+    def uniform(self) -> bool:
+        return (not self.chosen and bool((self.compute == 1).all() and (self.memory == 1).all() and (self.link == 1).all())
+                and len(set(self.device)) <= 1)
+
+
+def device_factors(cluster, num_devices: int, devices_per_node: int, seed: int) -> DeviceFactors:
+    """Draws and combines the cluster's stragglers, jitter and device blocks (seeded: the same
+    scenario and seed give the same devices and factors)."""
+    rng = np.random.default_rng([seed, 0x57A6])
+    comp = np.ones(num_devices)
+    mem = np.ones(num_devices)
+    link = np.ones(num_devices)
+    chosen: set = set()
+    for s in cluster.stragglers:
+        if s.devices:
+            devs = np.asarray(s.devices, dtype=np.int64)
+        else:
+            n = max(1, int(round(s.fraction * num_devices)))
+            devs = np.sort(rng.choice(num_devices, size=n, replace=False))
+        comp[devs] *= s.compute
+        mem[devs] *= s.memory
+        link[devs] *= s.link
+        chosen.update(int(d) for d in devs)
+    j = cluster.jitter
+    if j is not None and j.sigma > 0:
+        draw = rng.standard_normal(num_devices) * j.sigma
+        comp *= np.exp(draw) if j.distribution == "lognormal" else np.clip(1.0 + draw, 0.05, None)
+    device = [cluster.device] * num_devices
+    pos = 0
+    for nodes, dev in cluster.mixed:
+        for d in range(pos * devices_per_node, (pos + nodes) * devices_per_node):
+            device[d] = dev
+        pos += nodes
+    return DeviceFactors(comp, mem, link, tuple(device), tuple(sorted(chosen)))
+
+
+class ScaledCosts:
+    """A compute cost model slowed by per-class factors: GEMM and attention time x compute,
+    memory-bound time x memory."""
+
+    def __init__(self, base, compute: float, memory: float):
+        self.base, self.compute, self.memory = base, compute, memory
+        self.dev = getattr(base, "dev", None)
+
+    @property
+    def coverage(self):
+        return self.base.coverage
+
+    @property
+    def outside(self):
+        return getattr(self.base, "outside", set())
+
+    def duration(self, op) -> float:
+        return self.base.duration(op) * (self.memory if op.kind == "memory" else self.compute)
+
+    def memory_time(self, nbytes: float) -> float:
+        return self.base.memory_time(nbytes) * self.memory
+
+
+def critical_path(ops: list, tl) -> list:
+    """The chain of ops that set the step time, walked back from the op that ends last: at each op,
+    the input that finished last (a dependency, the op before it on its stream, or the last peer
+    to arrive at its collective) is the one it waited for. Returns (class id, seconds on the
+    path) in path order, first op first."""
+    from simtrain.program import stream_sequences
+    pred = {}
+    for seq in stream_sequences(ops).values():
+        for a, b in zip(seq, seq[1:]):
+            pred[b.id] = a.id
+    arrivals: dict = {}
+    for o in ops:
+        if o.rendezvous is not None:
+            arrivals.setdefault(o.rendezvous, []).append(o.id)
+    start, end = tl.start, tl.end
+    cur = max(range(len(ops)), key=lambda i: (end[i], i))
+    path = []
+    seen = set()
+    while cur is not None and cur not in seen:
+        seen.add(cur)
+        o = ops[cur]
+        path.append((o.cls, end[cur] - start[cur]))
+        cands = list(o.deps) + ([pred[cur]] if cur in pred else [])
+        if o.rendezvous is not None:
+            # the peers' own inputs: whoever arrived last held the collective up
+            for p in arrivals[o.rendezvous]:
+                if p != cur:
+                    q = ops[p]
+                    cands += list(q.deps) + ([pred[p]] if p in pred else [])
+        cands = [c for c in cands if end[c] <= start[cur] + 1e-12]
+        cur = max(cands, key=lambda i: (end[i], i)) if cands else None
+    path.reverse()
+    return path

@@ -1,0 +1,100 @@
+"""Stragglers, jitter and mixed device types: exact against every rank simulated, the
+counterfactual and the critical path, and hand-derived slowdowns."""
+import pytest
+import yaml
+
+from simtrain.errors import ConfigError
+from simtrain.loading import load_scenario
+from simtrain.simulate import simulate
+
+from conftest import small_scenario
+
+
+class FlopCost:
+    P = 1e15
+    coverage: set = set()
+
+    def duration(self, op):
+        return op.flops / self.P
+
+    def memory_time(self, nbytes):
+        return 0.0
+
+
+def scen(tmp_path, topo, cluster_extra, par=None, name="s.yaml", nodes=4, gbs=16):
+    p = small_scenario(tmp_path, topo, parallel=par or {"tp": 2, "pp": 2, "dp": 4}, nodes=nodes,
+                       training={"global_batch_size": gbs})
+    doc = yaml.safe_load(p.read_text())
+    doc["cluster"].update(cluster_extra)
+    q = tmp_path / name
+    q.write_text(yaml.safe_dump(doc))
+    return load_scenario(q)
+
+
+@pytest.mark.parametrize("extra", [
+    {"stragglers": [{"devices": [5], "compute": 1.5}]},
+    {"stragglers": [{"fraction": 0.2, "compute": 1.3, "link": 2.0}]},
+    {"jitter": {"distribution": "lognormal", "sigma": 0.05}},
+    {"mixed": [{"nodes": 2, "device": "h100-sxm5-80gb"}]},
+])
+def test_heterogeneous_grouping_matches_every_rank_simulated(tmp_path, plain_topology, extra):
+    sc, topo = scen(tmp_path, plain_topology, extra)
+    a = simulate(sc, topo).result
+    b = simulate(sc, topo, every_rank=True).result
+    assert b["simulated_classes"] == sc.world_size
+    assert a["step_time_s"] == pytest.approx(b["step_time_s"], rel=1e-12)
+    assert a["bubble_fraction"] == pytest.approx(b["bubble_fraction"], rel=1e-9)
+    assert a["peak_memory_bytes"] == pytest.approx(b["peak_memory_bytes"], rel=1e-12)
+
+
+def test_a_compute_straggler_without_pipeline_stretches_the_step_by_its_factor(tmp_path, fast_topology):
+    """pp 1, free communication, FLOP-only costs: every rank runs the same microbatches and meets
+    the others at free collectives, so the step is the slowest rank's compute: x1.5 exactly,
+    and the counterfactual is the clean step."""
+    common = dict(par={"tp": 2, "pp": 1, "dp": 2}, nodes=1, gbs=4)
+    sc0, t0 = scen(tmp_path, fast_topology, {}, name="a.yaml", **common)
+    sc1, t1 = scen(tmp_path, fast_topology, {"stragglers": [{"devices": [3], "compute": 1.5}]}, name="b.yaml", **common)
+    clean = simulate(sc0, t0, FlopCost()).result["step_time_s"]
+    r = simulate(sc1, t1, FlopCost()).result
+    # the free fabric still moves 1e18 B/s: its ~1e-12 s per collective is not scaled
+    assert r["step_time_s"] == pytest.approx(1.5 * clean, abs=1e-10)
+    st = r["stragglers"]
+    assert st["count"] == 1 and st["devices"] == [t1.device_id(3)]
+    assert st["slowdown"] == pytest.approx(1.5, rel=1e-5)
+    # the straggler holds the critical path: it computes while everyone else waits
+    assert st["critical_path"][0]["straggler"] and st["critical_path"][0]["representative_rank"] == 3
+
+
+def test_counterfactual_uses_the_calibrated_costs(tmp_path, plain_topology):
+    sc, topo = scen(tmp_path, plain_topology, {"stragglers": [{"fraction": 0.1, "compute": 1.2}]})
+    clean, _ = scen(tmp_path, plain_topology, {}, name="c.yaml")
+    r = simulate(sc, topo).result
+    assert r["stragglers"]["step_time_without_s"] == simulate(clean, topo).result["step_time_s"]
+    assert r["step_time_s"] > r["stragglers"]["step_time_without_s"]
+
+
+def test_straggler_draws_are_seeded(tmp_path, plain_topology):
+    extra = {"stragglers": [{"fraction": 0.25, "compute": 1.2}]}
+    a = simulate(*scen(tmp_path, plain_topology, extra, name="a.yaml")).result["stragglers"]["devices"]
+    b = simulate(*scen(tmp_path, plain_topology, extra, name="b.yaml")).result["stragglers"]["devices"]
+    assert a == b and len(a) == 4              # 25 % of 16 devices, the same ones for the same seed
+
+
+def test_mixed_devices_use_their_own_costs_and_capacity(tmp_path, plain_topology):
+    """The first two nodes H100, the rest A100: stage 0 (nodes 0-1 in Megatron order) computes on
+    the faster device; memory entries name each stage's device and capacity."""
+    sc, topo = scen(tmp_path, plain_topology, {"mixed": [{"nodes": 2, "device": "h100-sxm5-80gb"}]})
+    r = simulate(sc, topo).result
+    by = {m["stage"]: m for m in r["memory"]}
+    assert by[0]["device"] == "h100-sxm5-80gb" and by[1]["device"] == "a100-sxm4-80gb"
+    comp = {s["stage"]: s["compute_s"] for s in r["stages"]}
+    assert comp[0] < comp[1]
+
+
+def test_straggler_input_errors(tmp_path, plain_topology):
+    with pytest.raises(ConfigError) as e:
+        scen(tmp_path, plain_topology, {"stragglers": [{"devices": [99], "compute": 1.2}, {"fraction": 2.0}, {"compute": 0}]})
+    msg = str(e.value)
+    assert "cluster.stragglers[0].devices: device 99 does not exist" in msg
+    assert "cluster.stragglers[1].fraction: must be in (0, 1]" in msg
+    assert "cluster.stragglers[2]: give exactly one of `devices`" in msg
