@@ -468,6 +468,8 @@ def test_shipped_scenario_answers_the_30_day_question():
     from simtrain.reliability.study import study
     r = study(ROOT / "scenarios" / "llama3-405b-h100-16384-goodput.yaml", trials=20, days=30)
     assert 0.90 < r["goodput"]["mean"] < 0.93
+    # and Daly's closed form, with the planned stops' restarts, within the Monte-Carlo interval
+    assert abs(r["goodput"]["mean"] - r["closed_form"]["goodput_with_planned_stops"]) < 2 * r["goodput"]["ci95"]
     assert r["interruptions"]["mean"] == pytest.approx(30 * 419 / 54, rel=0.05)
     assert r["job"]["interval_s"] == pytest.approx(r["closed_form"]["daly_interval_s"], rel=0.03)
     assert r["job"]["checkpoint_bytes"] == pytest.approx(14 * 405.85e9, rel=0.01)     # 405B x (2 + 12) bytes

@@ -55,10 +55,14 @@ def describe(p: M.JobParams, n: int) -> dict:
 def closed_form(p: M.JobParams, n: int) -> dict:
     d, R, mt = p.effective_overhead_s, p.mean_restart_s, p.mtbf_s
     tau = n * p.step_time_s
+    g = daly_goodput(tau, d, R, mt) if mt < float("inf") else tau / (tau + d)
+    # planned stops (saved first, no detection or load) take restart + warm-up of wall time each
+    planned = sum(c[1] for c in p.categories if c[5])
     return {
         "model": "Daly 2006: exponential failures, fixed checkpoint cost delta and restart R, no spare waits",
         "delta_s": d, "restart_s": R, "mtbf_s": mt,
-        "goodput": daly_goodput(tau, d, R, mt) if mt < float("inf") else tau / (tau + d),
+        "goodput": g,
+        "goodput_with_planned_stops": g * (1.0 - planned * (p.restart_s + p.warmup_s)),
         "young_interval_s": young(d, mt), "daly_interval_s": daly(d, mt), "exact_interval_s": exact_optimum(d, mt),
     }
 
@@ -245,7 +249,8 @@ def summary(r: dict) -> str:
         f"  recovery           {j['mean_restart_s'] / 60:.1f} min per failure (detection, restart {j['restart_s']:.0f} s, load {j['load_storage_s']:.1f} s, warm-up {j['warmup_s']:.0f} s)",
         "",
         f"  goodput            {100 * g['mean']:.2f} % ± {100 * g['ci95']:.2f} (95 % CI)   p5 {100 * g['p5']:.2f} %  p50 {100 * g['p50']:.2f} %  p95 {100 * g['p95']:.2f} %",
-        f"  closed form        {100 * r['closed_form']['goodput']:.2f} % (Daly's model, no spare waits)",
+        f"  closed form        {100 * r['closed_form']['goodput']:.2f} % (Daly's model, unexpected failures only; "
+        f"{100 * r['closed_form']['goodput_with_planned_stops']:.2f} % with the planned stops' restarts)",
     ]
     if r["target_tokens"]:
         t = r["time_s"]
