@@ -117,6 +117,7 @@ CLUSTER = {
     "stragglers": ("any", False, None),
     "jitter": ("any", False, None),
     "mixed": ("any", False, None),
+    "straggler_model": (("lockstep", "exact"), False, "lockstep"),
 }
 
 STRAGGLER_KEYS = {
@@ -534,7 +535,7 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
                               device_of_rank=tuple(dor) if dor is not None else None),
         cluster=ClusterSpec(device=cluster["device"], topology_file=cluster["topology"], nodes=cluster["nodes"],
                             device_profile=cluster.get("device_profile") or "", stragglers=cluster["stragglers"],
-                            jitter=cluster["jitter"], mixed=cluster["mixed"]),
+                            jitter=cluster["jitter"], mixed=cluster["mixed"], straggler_model=cluster["straggler_model"]),
         network=NetworkSpec(**network), seed=seed, source_file=str(path),
     )
     return sc, topo

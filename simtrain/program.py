@@ -64,7 +64,8 @@ class EOp:
     bytes: float = 0.0        # communication size (for the trace)
     order: float = -1.0       # position on its stream (defaults to the id)
     load: tuple = ()          # ((link, fraction of its capacity used when alone), ...): flow backend only
-    fused: tuple = ()         # ((stream, category, seconds, label), ...): collectives folded into this compute op
+    fused: tuple = ()         # ((stream, category, seconds, label), ...): the parts of a compute op that absorbed
+                              # collectives or the compute ops after it, in order (empty: the op is one part)
 
 
 def stream_sequences(ops: list) -> dict:
@@ -183,7 +184,61 @@ class Lowering:
         for a, b in self.pairs:
             # an overlapped pair starts once both inputs are there (DeepSeek receives both first)
             a.deps += [d for d in b.deps if d not in a.deps and self.ops[d].cls != a.cls]
+        if self.fuse and self.flow is None:
+            self.ops = merge_chains(self.ops)
         return self.ops
+
+
+def merge_chains(ops: list) -> list:
+    """Merges runs of compute ops that nothing can separate: b follows a on a's compute stream,
+    waits for nothing but a, and nothing else waits for a (no send, bucket or gather hangs on
+    a's end), within one action (same category, microbatch, chunk). b would start the instant a
+    ends, so one op of both durations gives the same timeline. Memory is kept: the merged op
+    allocates what a allocated at its start and frees what b freed at its end (a run never spans
+    a microbatch's first allocation and its last free, checked by `inflight`). Returns the new
+    list, ids renumbered in order."""
+    refs = [0] * len(ops)
+    for op in ops:
+        for d in op.deps:
+            refs[d] += 1
+    streams = stream_sequences(ops)
+    gone: dict = {}                      # absorbed op id -> the op that absorbed it
+
+    def root(i):
+        while i in gone:
+            i = gone[i]
+        return i
+    for (cls, stream), seq in streams.items():
+        if stream != "compute":
+            continue
+        head = None
+        for b in seq:
+            a = head
+            bd = [root(d) for d in b.deps]
+            ok = (a is not None and bd in ([], [a.id]) and refs[a.id] == len(bd)
+                  and a.category == b.category and a.mb == b.mb and a.chunk == b.chunk
+                  and not (a.inflight > 0 and b.inflight < 0) and b.alloc == 0 and a.free == 0
+                  and b.transient == a.transient)
+            if not ok:
+                head = b
+                continue
+            a.fused = (a.fused or (("compute", a.category, a.duration, a.label),)) + (
+                b.fused or (("compute", b.category, b.duration, b.label),))
+            a.duration += b.duration
+            a.free += b.free
+            a.inflight += b.inflight
+            refs[a.id] = refs[b.id]
+            gone[b.id] = a.id
+    if not gone:
+        return ops
+    keep = [op for op in ops if op.id not in gone]
+    new_id = {op.id: i for i, op in enumerate(keep)}
+    for op in keep:
+        op.deps = sorted({new_id[root(d)] for d in op.deps})
+        op.order = float(new_id[op.id]) if op.order == float(op.id) else op.order
+    for op in keep:
+        op.id = new_id[op.id]
+    return keep
 
 
 class _ClassLowering:
@@ -239,8 +294,9 @@ class _ClassLowering:
                     comm, cat, _, dur = low.comm_cost(c, it)
                     dur *= low.slowest_link((c.id,))
                     self.next_seq(it.kind)
+                    last.fused = (last.fused or (("compute", last.category, last.duration, last.label),)) + (
+                        (comm.kind, cat, dur, f"{comm.collective}:{comm.name}"),)
                     last.duration += dur
-                    last.fused += ((comm.kind, cat, dur, f"{comm.collective}:{comm.name}"),)
                     continue
                 if last is not None:
                     deps = deps + [last.id]

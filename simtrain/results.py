@@ -55,10 +55,11 @@ def attribute(ops: list, tl, classes: list) -> dict:
         t = 0.0
         for o in comp:
             acc["compute_s"] += end[o.id] - start[o.id]
-            for _, cat, secs, _ in o.fused:
-                # a collective folded into the op: the compute stream waited while it transferred
-                acc["compute_s"] -= secs
-                acc["exposed"][cat] += secs
+            for stream, cat, secs, _ in o.fused:
+                if stream != "compute":
+                    # a collective folded into the op: the compute stream waited while it transferred
+                    acc["compute_s"] -= secs
+                    acc["exposed"][cat] += secs
             if start[o.id] > t + 1e-15:
                 deps = o.deps
                 if deps:
@@ -133,12 +134,13 @@ def chrome_trace(ops: list, tl, classes: list, topo, link_series: dict | None = 
                 consumer[d] = op.id
     for op in ops:
         s, e = tl.start[op.id], tl.end[op.id]
-        t = e - sum(x[2] for x in op.fused)
-        ev.append({"ph": "X", "name": op.label, "cat": op.category, "pid": op.cls, "tid": tids[op.stream],
-                   "ts": round(s * 1e6, 3), "dur": round((t - s) * 1e6, 3),
-                   "args": {"microbatch": op.mb, "bytes": op.bytes} if op.bytes else {"microbatch": op.mb}})
+        if not op.fused:
+            ev.append({"ph": "X", "name": op.label, "cat": op.category, "pid": op.cls, "tid": tids[op.stream],
+                       "ts": round(s * 1e6, 3), "dur": round((e - s) * 1e6, 3),
+                       "args": {"microbatch": op.mb, "bytes": op.bytes} if op.bytes else {"microbatch": op.mb}})
+        t = s
         for stream, cat, secs, label in op.fused:
-            # a folded collective: drawn on its own stream right after the compute part
+            # a merged op's parts, in order, each on its own stream
             ev.append({"ph": "X", "name": label, "cat": cat, "pid": op.cls, "tid": tids[stream],
                        "ts": round(t * 1e6, 3), "dur": round(secs * 1e6, 3), "args": {"microbatch": op.mb}})
             t += secs
@@ -172,12 +174,13 @@ def timeline_png(ops: list, tl, classes: list, path: Path, title: str) -> None:
         if e <= s:
             continue
         r = row_of[op.cls]
-        if op.stream == "compute":
-            t = e - sum(x[2] for x in op.fused)
-            bars.setdefault((r, op.category, 0), []).append((s, t - s))
-            for _, cat, secs, _ in op.fused:
-                bars.setdefault((r, cat, 1), []).append((t, secs))
+        if op.stream == "compute" and op.fused:
+            t = s
+            for stream, cat, secs, _ in op.fused:
+                bars.setdefault((r, cat, 0 if stream == "compute" else 1), []).append((t, secs))
                 t += secs
+        elif op.stream == "compute":
+            bars.setdefault((r, op.category, 0), []).append((s, e - s))
         else:
             bars.setdefault((r, op.category, 1), []).append((s, e - s))
     scale = 1e3

@@ -105,7 +105,7 @@ def collectives_section(low) -> list:
     return out
 
 
-def straggler_section(sc: Scenario, topo: Topology, classes, ops, tl, factors, fuse: bool, costs=None) -> dict:
+def straggler_section(sc: Scenario, topo: Topology, classes, ops, tl, factors, fuse: bool, costs, place, rfac) -> dict:
     """The counterfactual (the same scenario without stragglers and jitter, simulated now), the
     straggling devices, and the ranks on the critical path with their time on it."""
     from dataclasses import replace
@@ -120,10 +120,12 @@ def straggler_section(sc: Scenario, topo: Topology, classes, ops, tl, factors, f
     for cid, secs in sorted(on_path.items(), key=lambda kv: (-kv[1], kv[0])):
         c = by[cid]
         d = c.device
+        strag = [r for r in c.ranks if int(place[r]) in chosen]
         path.append({"class": cid, "representative_rank": c.ranks[0], "ranks": c.multiplicity, "stage": c.stage,
                      "device": topo.device_id(d), "seconds": secs,
-                     "straggler": d in chosen,
-                     "factors": {"compute": float(factors.compute[d]), "memory": float(factors.memory[d]), "link": float(factors.link[d])}})
+                     "straggler": bool(strag), "straggler_ranks": strag[:20],
+                     "factors": {"compute": float(rfac[0][c.ranks[0]]), "memory": float(rfac[1][c.ranks[0]]),
+                                 "link": float(rfac[2][c.ranks[0]])}})
     step = tl.step_time
     return {
         "devices": [topo.device_id(d) for d in factors.chosen[:50]], "count": len(factors.chosen),
@@ -213,8 +215,11 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False,
     place = placement_of(sc, grid, topo)
     het = sc.cluster.heterogeneous
     factors = device_factors(sc.cluster, topo.num_devices, topo.devices_per_node, sc.seed) if het else None
+    if het:
+        lock = grid.group_arrays("tp")[0] if sc.cluster.straggler_model == "lockstep" else None
+        rcomp, rmem, rlink, rdev = factors.per_rank(place, lock)
     classes = equivalence_classes(grid, topo, place, mirror=sched.duplicated_stages, ep_split=ep_split, every_rank=every_rank,
-                                  rank_key=factors.rank_key(place) if het else None)
+                                  rank_key=factors.rank_key(rcomp, rmem, rlink, rdev) if het else None)
     costs = costs or CalibratedRoofline(dev, sc.training.precision)
     class_costs, link_factor, dev_of = {}, {}, {}
     if het:
@@ -224,10 +229,11 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False,
             kind = factors.device[d]
             if kind not in bases:
                 bases[kind] = CalibratedRoofline(get_device(kind), sc.training.precision)
-            cf, mf = float(factors.compute[d]), float(factors.memory[d])
+            r0 = c.ranks[0]
+            cf, mf = float(rcomp[r0]), float(rmem[r0])
             base = bases[kind]
             class_costs[c.id] = base if cf == mf == 1.0 else ScaledCosts(base, cf, mf)
-            link_factor[c.id] = float(factors.link[d])
+            link_factor[c.id] = float(rlink[r0])
             dev_of[c.id] = kind
     low = Lowering(sc, topo, work, classes, sched, costs, place, work_of, fuse=fuse,
                    class_costs=class_costs, link_factor=link_factor)
@@ -319,7 +325,8 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False,
     }
     result["collectives"] = collectives_section(low)
     if sc.cluster.stragglers or (sc.cluster.jitter is not None and sc.cluster.jitter.sigma > 0):
-        result["stragglers"] = straggler_section(sc, topo, classes, ops, tl, factors, fuse, costs if costs_given else None)
+        result["stragglers"] = straggler_section(sc, topo, classes, ops, tl, factors, fuse, costs if costs_given else None,
+                                                 place, (rcomp, rmem, rlink))
     if moe is not None:
         result["moe"] = moe_section(sc, low, ops, tl)
     if p.cp > 1:

@@ -126,6 +126,7 @@ class ClusterSpec:
     stragglers: tuple = ()         # simtrain.stragglers.Straggler entries
     jitter: Optional[object] = None   # simtrain.stragglers.Jitter
     mixed: tuple = ()              # ((nodes, device preset), ...) blocks in node order
+    straggler_model: str = "lockstep"   # lockstep | exact (simtrain.stragglers)
 
     @property
     def heterogeneous(self) -> bool:
@@ -180,6 +181,8 @@ class Scenario:
         for k in ("moe", "mla", "encoder"):
             if d["model"][k] is None:
                 d["model"].pop(k)
+        if not self.cluster.heterogeneous:
+            d["cluster"].pop("straggler_model")
         for k, empty in (("stragglers", ()), ("jitter", None), ("mixed", ())):
             if d["cluster"][k] in (empty, None):
                 d["cluster"].pop(k)

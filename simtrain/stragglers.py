@@ -9,12 +9,26 @@ slowdowns, seeded compute jitter and mixed device types, turned into per-rank fa
       mixed:                            # node blocks in node order; the rest runs cluster.device
         - {nodes: 16, device: a100-sxm4-80gb}
 
+      straggler_model: lockstep         # or exact (see below)
+
 A factor multiplies a time: `compute` the GEMM and attention kernels, `memory` the memory-bound
 operators and the optimizer step, `link` every transfer of a collective or pipeline send that the
 device takes part in (a collective is as slow as its slowest member). Factors combine by
 multiplication when entries overlap. Ranks with different factors or device types get different
 integer keys, and the rank grouping (`parallel.equivalence_classes(rank_key=...)`) splits exactly
 the classes that differ.
+
+`straggler_model: exact` gives every rank its own device's factors. One straggler then splits its
+tensor-parallel peers, their data-parallel groups and their pipeline neighbours into classes of
+their own, and at 1 % stragglers on 16,384 ranks that is ~11,000 classes whose collectives all
+rendezvous across classes. `lockstep` (the default) uses that tensor-parallel ranks meet at a
+collective after every compute segment, so a tp group runs at the pace of its slowest member:
+every member takes the group's slowest compute, memory and link factors, the group stays one
+class, and its collectives fold into its compute (~1,000 classes in the same case). The step is
+the same wherever a group's members start each segment together. It differs by up to one
+segment's extra time where they start apart: after a pipeline receive (the late sender's partner
+waits at the group's first collective either way) or after a dp rendezvous. The faster members'
+waiting counts as their compute, not as bubble. A test bounds the difference against `exact`.
 """
 from __future__ import annotations
 
@@ -47,13 +61,24 @@ class DeviceFactors:
     device: tuple                    # device preset per device
     chosen: tuple                    # devices named or drawn as stragglers, sorted
 
-    def rank_key(self, place) -> np.ndarray:
-        """An integer per rank that is equal exactly when the ranks' devices behave the same."""
+    def per_rank(self, place, tp_members=None) -> tuple:
+        """(compute, memory, link, device-type index) per rank. With `tp_members` (the tp
+        groups as rows of ranks, the lockstep model) every member takes its group's slowest
+        factors: tensor-parallel ranks meet at a collective after every compute segment, so the
+        group computes at the pace of its slowest member (module docstring)."""
         place = np.asarray(place)
-        rows = np.stack([self.compute[place], self.memory[place], self.link[place]], axis=1)
+        comp, mem, link = self.compute[place].copy(), self.memory[place].copy(), self.link[place].copy()
+        if tp_members is not None and tp_members.shape[1] > 1:
+            for a in (comp, mem, link):
+                a[tp_members.ravel()] = np.repeat(a[tp_members].max(axis=1), tp_members.shape[1])
         kinds = {d: i for i, d in enumerate(sorted(set(self.device)))}
-        dev = np.asarray([kinds[self.device[d]] for d in place], dtype=float)
-        rows = np.concatenate([rows, dev[:, None]], axis=1)
+        dev = np.asarray([kinds[self.device[int(d)]] for d in place], dtype=np.int64)
+        return comp, mem, link, dev
+
+    @staticmethod
+    def rank_key(comp, mem, link, dev) -> np.ndarray:
+        """An integer per rank that is equal exactly when the ranks behave the same."""
+        rows = np.stack([comp, mem, link, dev.astype(float)], axis=1)
         _, inv = np.unique(rows, axis=0, return_inverse=True)
         return inv.reshape(-1).astype(np.int64)
 

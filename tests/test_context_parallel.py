@@ -61,7 +61,7 @@ def test_ring_rounds_follow_the_closed_form(tmp_path, P):
     P = 1e15: x > c (communication-bound); P = 1e12: c > x (compute hides the ring)."""
     cp = 4
     sc, topo = load_scenario(cp_scenario(tmp_path, one_node(tmp_path, 4), cp))
-    run = simulate(sc, topo, FlopCost(P))
+    run = simulate(sc, topo, FlopCost(P), fuse=False)      # every op on its own, to read the rounds
     ops = [o for o in run.ops if o.cls == 0 and o.category == "F" and ":ring" in o.label]
     first = ops[:cp]                                  # layer 0's rounds
     c = 2 * (s / cp) ** 2 * heads * (2 * d) / 2 / P   # half of one block pair's 2·sq·sk·heads·(dqk + dv)
