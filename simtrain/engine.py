@@ -145,7 +145,8 @@ class Timeline:
     mem_peak: dict        # class id -> peak dynamic (activation) bytes
     inflight_peak: dict   # class id -> most microbatch-chunks whose activations were alive at once
     step_time: float
-    events: int
+    events: int           # ops run
+    waits: int = 0        # SimPy events the streams waited on (dependencies, rendezvous, durations)
 
 
 def run(ops: list, class_ids: list) -> Timeline:
@@ -163,12 +164,15 @@ def run(ops: list, class_ids: list) -> Timeline:
     waiting = {}
     net = FluidNetwork(env)
 
+    waits = [0]
+
     def proc(key, seq):
         for op in seq:
             for d in op.deps:
                 ev = done[d]
                 if not ev.processed:
                     waiting[key] = (op, d)
+                    waits[0] += 1
                     yield ev
             if op.rendezvous is not None:
                 slot = rdv.get(op.rendezvous)
@@ -218,4 +222,4 @@ def run(ops: list, class_ids: list) -> Timeline:
                 dep = ops[what]
                 lines.append(f"class {key[0]} stream {key[1]}: {op.label} waits on {dep.label} (class {dep.cls}, stream {dep.stream})")
         raise DeadlockError("simulation deadlocked with %d ops pending:\n  %s" % (len(pending), "\n  ".join(lines[:20])))
-    return Timeline(start, end, mem_peak, infl_peak, max(end) if end else 0.0, n)
+    return Timeline(start, end, mem_peak, infl_peak, max(end) if end else 0.0, n, waits[0] + n)

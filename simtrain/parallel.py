@@ -356,9 +356,9 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
         out = np.full(world, -1, dtype=np.int64)
         has = other >= 0
         if has.any():
-            names = np.asarray(topo.fabric.link_class_names(place[has], place[other[has]]), dtype=object).astype(str)
-            uniq, inv = np.unique(names, return_inverse=True)
-            out[has] = np.asarray([link_ids.setdefault(str(n), len(link_ids)) for n in uniq], dtype=np.int64)[inv.reshape(-1)]
+            codes, names = topo.fabric.link_class_codes(place[has], place[other[has]])
+            table = np.asarray([link_ids.setdefault(n, len(link_ids)) for n in names], dtype=np.int64)
+            out[has] = table[codes]
         return out
     lp, ln, lw, lm = links(prev), links(nxt), links(wrap), links(mir)
     link_names = {v: k for k, v in link_ids.items()}
@@ -399,7 +399,7 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
         def lname(a, i):
             return link_names[int(a[i])] if a[i] >= 0 else None
         out.append(RankClass(
-            id=c, stage=int(co["stage"][r0]), ranks=tuple(int(x) for x in rs),
+            id=c, stage=int(co["stage"][r0]), ranks=tuple(rs.tolist()),
             tp_shape=shp["tp"], dp_shape=shp["dp"], tp_peers=prs["tp"], dp_peers=prs["dp"],
             pp_prev=opt(prev, r0), pp_next=opt(nxt, r0), link_prev=lname(lp, r0), link_next=lname(ln, r0),
             pp_wrap=opt(wrap, r0), link_wrap=lname(lw, r0), pp_mirror=opt(mir, r0), link_mirror=lname(lm, r0),
@@ -450,12 +450,22 @@ def _group_shapes(members, place, node, leaf, topo, objs: list, ids: dict):
     n_leaves = 1 + (lf[:, 1:] != lf[:, :-1]).sum(axis=1) if size > 1 else np.ones(g, dtype=np.int64)
     out = np.empty(g, dtype=np.int64)
     one_host = topo.hosts_per_node == 1
-    for i in range(g):
-        key = (int(n_nodes[i]), int(max_c[i]), int(min_c[i]), int(n_leaves[i]))
-        if key[0] == 1 and one_host:
-            span = "scale_up"            # every fabric: one single-host domain is its scale-up fabric
-        else:
-            span = topo.span_class([int(d) for d in place[members[i]]])
+    keys = np.stack([n_nodes, max_c, min_c, n_leaves], axis=1)
+    local = (n_nodes == 1) if one_host else np.zeros(g, dtype=bool)
+    if local.any():
+        # every fabric: a group inside one single-host domain spans its scale-up fabric, so its
+        # shape follows from the counts alone; one GroupShape per distinct row of counts
+        uniq, inv = np.unique(keys[local], axis=0, return_inverse=True)
+        sid = []
+        for k in uniq:
+            shape = GroupShape(size, int(k[0]), int(k[1]), int(k[1]) == int(k[2]), int(k[3]), int(k[2]), "scale_up")
+            sid.append(ids.setdefault(shape, len(ids)))
+            if sid[-1] == len(objs):
+                objs.append(shape)
+        out[local] = np.asarray(sid, dtype=np.int64)[inv.reshape(-1)]
+    for i in np.flatnonzero(~local):
+        key = tuple(int(x) for x in keys[i])
+        span = topo.span_class(place[members[i]].tolist())
         shape = GroupShape(size, key[0], key[1], key[1] == key[2], key[3], key[2], span)
         out[i] = ids.setdefault(shape, len(ids))
         if out[i] == len(objs):

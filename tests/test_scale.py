@@ -88,3 +88,37 @@ def test_folding_class_local_collectives_changes_nothing(tmp_path, plain_topolog
     for k in ("tp", "dp", "pp"):
         assert a["breakdown"]["exposed_comm_s"][k] == pytest.approx(b["breakdown"]["exposed_comm_s"][k], rel=1e-9, abs=1e-15)
     assert a["simulated_ops"] < b["simulated_ops"]
+
+
+class _Flops:
+    coverage: set = set()
+
+    def duration(self, op):
+        return op.flops / 1e15
+
+    def memory_time(self, nbytes):
+        return nbytes / 1e12
+
+
+def test_closed_form_estimate(tmp_path, fast_topology):
+    """pp 1: the simulated step is m x (t_F + t_B) + the optimizer step (free communication), which
+    is the estimate's formula exactly; with pp 4 and unequal stages (embedding, head) the
+    estimate's max-stage bound is at least the simulated step."""
+    from simtrain.estimate import estimate
+    sc, topo = load_scenario(small_scenario(tmp_path, fast_topology, parallel={"tp": 1, "pp": 1, "dp": 4},
+                                            training={"global_batch_size": 16}))
+    sim = simulate(sc, topo, _Flops()).result["step_time_s"]
+    assert estimate(sc, topo, _Flops())["step_time_s"] == pytest.approx(sim, abs=1e-10)
+    sc4, t4 = load_scenario(small_scenario(tmp_path, fast_topology, parallel={"tp": 1, "pp": 4, "dp": 1}))
+    e = estimate(sc4, t4, _Flops())
+    assert e["step_time_s"] >= simulate(sc4, t4, _Flops()).result["step_time_s"] * (1 - 1e-9)
+    assert e["bubble_fraction"] == pytest.approx(3 / (8 + 3))
+
+
+@pytest.mark.parametrize("name", FAT_TREES)
+def test_link_class_codes_match_the_names(name):
+    topo = load_topology(find_topology_file(name, None), nodes=64)
+    rng = np.random.default_rng(1)
+    a, b = rng.integers(0, topo.num_devices, 3000), rng.integers(0, topo.num_devices, 3000)
+    codes, names = topo.fabric.link_class_codes(a, b)
+    assert [names[c] for c in codes] == [topo.fabric.link_class_name(int(x), int(y)) for x, y in zip(a, b)]

@@ -194,6 +194,13 @@ class Fabric(ABC):
         """link_class_name of every pair (a[i], b[i]) (arrays of device indices)."""
         return [self.link_class_name(int(x), int(y)) for x, y in zip(a, b)]
 
+    def link_class_codes(self, a, b) -> tuple:
+        """(codes, names): names[codes[i]] is link_class_name(a[i], b[i])."""
+        import numpy as np
+        names: dict = {}
+        codes = np.asarray([names.setdefault(n, len(names)) for n in self.link_class_names(a, b)], dtype=np.int64)
+        return codes, list(names)
+
     def span_class(self, devices) -> str:
         t = self.t
         devices = list(devices)

@@ -448,6 +448,35 @@ class FatTree(Fabric):
         import numpy as np
         return self._leaf_np(np.arange(self.t.num_devices, dtype=np.int64)).tolist()
 
+    _CODES = ("self", "scale_up", "domain", "leaf", "spine", "core", "pxn_leaf", "pxn_spine", "pxn_core")
+
+    def link_class_codes(self, a, b) -> tuple:
+        """`link_class_name` over arrays of device pairs as codes into `_CODES` (numpy)."""
+        import numpy as np
+        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+        s = self.s
+        out = np.empty(len(a), dtype=np.int64)
+        same_dev = a == b
+        same_node = (a // self.dpn == b // self.dpn) & ~same_dev
+        dom = same_node & (a // self.dph != b // self.dph) if s.domain_topology is not None else np.zeros(len(a), dtype=bool)
+        out[same_dev] = 0
+        out[same_node & ~dom] = 1
+        out[dom] = 2
+        rest = ~(same_dev | same_node)
+        if rest.any():
+            ar, br = a[rest], b[rest]
+            pxn = np.zeros(len(ar), dtype=bool)
+            if s.planes > 1:
+                ka, kb = (ar % self.dpn) // self.dpnic, (br % self.dpn) // self.dpnic
+                pxn = (ka % s.planes) != (kb % s.planes)
+                local = ar % self.dpn
+                ar = np.where(pxn, (ar - local) + kb * self.dpnic + local % self.dpnic, ar)
+            la, lb = self._leaf_np(ar), self._leaf_np(br)
+            pod = lambda x: ((x % self.lpp) // self.lu) // self.upp
+            base = np.where(la == lb, 3, np.where(pod(la) == pod(lb), 4, 5))
+            out[rest] = base + 3 * pxn
+        return out, list(self._CODES)
+
     def link_class_names(self, a, b) -> list:
         """`link_class_name` over arrays of device pairs, with the same rules in numpy."""
         import numpy as np
@@ -481,7 +510,7 @@ class FatTree(Fabric):
 
     def span_class(self, devices) -> str:
         import numpy as np
-        devices = np.asarray(list(devices), dtype=np.int64)
+        devices = np.asarray(devices, dtype=np.int64)
         if len(np.unique(devices // self.dpn)) <= 1:
             if self.s.domain_topology is not None and len(np.unique(devices // self.dph)) > 1:
                 return "domain"
