@@ -44,7 +44,22 @@ def _summary(r: dict, wall: float) -> str:
         f"    bubble           {fmt_time(b['bubble_s']):>10}  {100 * b['bubble_s'] / r['step_time_s']:5.1f} %",
     ]
     for k, v in b["exposed_comm_s"].items():
-        lines.append(f"    exposed {k} comm  {fmt_time(v):>10}  {100 * v / r['step_time_s']:5.1f} %")
+        if v > 0 or k in ("tp", "pp", "dp"):         # cp / ep only where the plan has them
+            lines.append(f"    exposed {k} comm  {fmt_time(v):>10}  {100 * v / r['step_time_s']:5.1f} %")
+    if "moe" in r:
+        m = r["moe"]
+        lines += ["", f"  experts: {m['num_experts']} (top-{m['top_k']}) over ep {m['ep']}, routing {m['routing']}; busiest ep rank "
+                      f"{m['imbalance_max']:.2f} x the mean, {100 * m['dropped_fraction_mean']:.1f} % of assignments dropped"]
+    if "context_parallel" in r:
+        c = r["context_parallel"]
+        lines += ["", f"  context parallel: cp {c['cp']} ({c['cp_kind']}), {c['tokens_per_rank']:,.0f} tokens per rank"]
+    if "stragglers" in r:
+        st = r["stragglers"]
+        lines += ["", f"  stragglers: {st['count']} devices; without them the step takes {fmt_time(st['step_time_without_s'])} "
+                      f"(x{st['slowdown']:.3f} with them)"]
+        for x in st["critical_path"][:3]:
+            lines.append(f"    on the critical path: rank {x['representative_rank']} (stage {x['stage']}, {x['device']}"
+                         f"{', with a straggler' if x['straggler'] else ''}) for {fmt_time(x['seconds'])}")
     lines += ["", "  memory per stage (GiB):  weights  grads  optim  activ  buffers  total  in-flight"]
     for m in r["memory"]:
         g = 2.0**30
