@@ -391,7 +391,7 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
         r0 = int(rs[0])
         c = int(cls[r0])
         shp = {k: shape_objs[int(gshape[k][ga[k][1][r0]])] for k in kinds}
-        prs = {k: tuple(sorted({int(x) for x in cls[ga[k][0][ga[k][1][r0]]]})) for k in kinds}
+        prs = {k: tuple(np.unique(cls[ga[k][0][ga[k][1][r0]]]).tolist()) for k in kinds}
 
         def opt(a, i):
             return int(cls[a[i]]) if a[i] >= 0 else None
