@@ -1,4 +1,4 @@
-"""Command line: `simtrain run | compare | check | schedule | reliability | list`.
+"""Command line: `simtrain run | compare | check | schedule | reliability | sweep | search | list`.
 
 Errors from any pipeline stage are printed as `<file>: <key.path>: <problem>; <fix>` lines without
 a traceback, and the process exits with code 2. Output files are written atomically (temporary
@@ -289,6 +289,15 @@ def build_parser() -> argparse.ArgumentParser:
         rl.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
         rl.add_argument("--out", metavar="DIR", help="write result.json, CSVs, figures and per-chunk trial files (a rerun resumes from them)")
         rl.set_defaults(fn=lambda a: __import__("simtrain.reliability.study", fromlist=["main"]).main(a))
+    sw = sub.add_parser("sweep", help="simulate the cartesian product of overrides into a resumable SQLite store")
+    sw.add_argument("scenario")
+    sw.add_argument("--grid", action="append", metavar="KEY.PATH=V1,V2,...", help="an axis of the grid (repeatable: cartesian product)")
+    sw.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="a fixed override in every point")
+    sw.add_argument("--executor", choices=("serial", "process", "dask"), default="serial")
+    sw.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="the Dask scheduler (with --executor dask)")
+    sw.add_argument("--workers", type=int, metavar="N", help="worker processes of --executor process (default: all cores)")
+    sw.add_argument("--out", metavar="DIR", help="store directory (default ./<scenario>.sweep): sweep.sqlite, sweep.csv; a rerun resumes")
+    sw.set_defaults(fn=lambda a: __import__("simtrain.sweep", fromlist=["main"]).main(a))
     lst = sub.add_parser("list", help="list shipped devices, profiles, topologies, schedules, collectives, models")
     lst.add_argument("what", choices=("devices", "profiles", "topologies", "schedules", "collectives", "models"))
     lst.set_defaults(fn=cmd_list)
