@@ -134,6 +134,26 @@ def straggler_section(sc: Scenario, topo: Topology, classes, ops, tl, factors, f
     }
 
 
+def mixed_section(grid, place, factors) -> dict:
+    """Device types per pipeline stage, and a warning for every stage or tensor-parallel group
+    that mixes types (its fast devices wait for its slow ones at every collective; place whole
+    stages on one type and give slower stages fewer layers, parallel.layers_per_stage)."""
+    import numpy as np
+    dev = np.asarray([factors.device[int(d)] for d in place], dtype=object)
+    stages, warnings = [], []
+    per = grid.per_stage
+    for s in range(grid.pp):
+        kinds, counts = np.unique(dev[s * per:(s + 1) * per].astype(str), return_counts=True)
+        stages.append({"stage": s, "devices": {str(k): int(n) for k, n in zip(kinds, counts)}})
+        if len(kinds) > 1:
+            warnings.append(f"stage {s} mixes {', '.join(f'{n} {k}' for k, n in zip(kinds, counts))}: its faster devices wait for the slower ones")
+    tp_members, _ = grid.group_arrays("tp")
+    mixed_tp = sum(1 for row in tp_members if len(set(dev[row])) > 1)
+    if mixed_tp:
+        warnings.append(f"{mixed_tp} tensor-parallel groups mix device types")
+    return {"stages": stages, "warnings": warnings}
+
+
 def moe_section(sc: Scenario, low, ops, tl) -> dict:
     """Routing and expert-parallel traffic of the step: per MoE layer, how uneven the expert-parallel
     ranks' loads are (largest rank's tokens over the mean) and what fraction of the assignments the
@@ -324,6 +344,8 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False,
         "calibration_warnings": sorted(getattr(costs, "outside", set()) | {f"{dev.key}: {n}" for n in low.comm_notes}),
     }
     result["collectives"] = collectives_section(low)
+    if het and sc.cluster.mixed:
+        result["heterogeneity"] = mixed_section(grid, place, factors)
     if sc.cluster.stragglers or (sc.cluster.jitter is not None and sc.cluster.jitter.sigma > 0):
         result["stragglers"] = straggler_section(sc, topo, classes, ops, tl, factors, fuse, costs if costs_given else None,
                                                  place, (rcomp, rmem, rlink))

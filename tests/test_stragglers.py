@@ -111,3 +111,13 @@ def test_lockstep_model_against_exact(tmp_path, plain_topology, par):
     lock, exact = simulate(sc_l, t).result, simulate(sc_e, t).result
     assert exact["step_time_s"] * (1 - 1e-12) <= lock["step_time_s"] <= exact["step_time_s"] * 1.005
     assert lock["simulated_classes"] < exact["simulated_classes"]
+
+
+def test_mixed_devices_warn_where_a_stage_mixes_types(tmp_path, plain_topology):
+    """3 H100 nodes then A100: with pp 2 over 4 nodes (2 nodes a stage), stage 1 holds one node of
+    each type and is flagged; stage 0 is all H100."""
+    sc, topo = scen(tmp_path, plain_topology, {"mixed": [{"nodes": 3, "device": "h100-sxm5-80gb"}]})
+    h = simulate(sc, topo).result["heterogeneity"]
+    assert h["stages"][0]["devices"] == {"h100-sxm5-80gb": 8}
+    assert h["stages"][1]["devices"] == {"a100-sxm4-80gb": 4, "h100-sxm5-80gb": 4}
+    assert len(h["warnings"]) == 1 and h["warnings"][0].startswith("stage 1 mixes")
