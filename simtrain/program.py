@@ -104,6 +104,8 @@ class Lowering:
         if sc.network.backend == "flow":
             from simtrain.flows import StepFlows
             self.flow = StepFlows(sc, topo, place)
+        self.merge = self.fuse and self.flow is None   # compute chains merged while lowering
+        self._items_cache: dict = {}
 
     def _new(self, c: RankClass, **kw) -> EOp:
         op = EOp(id=len(self.ops), cls=c.id, **kw)
@@ -264,6 +266,11 @@ class _ClassLowering:
                 self.final_w[a.chunk] = i
         self.bucket_params = 0.0
         self.bucket_expert = 0.0
+        # what an items() call's result depends on besides the items: the class's costs, link
+        # factor, which of its groups are class-local (foldable) and their shapes (their cost)
+        self.cost_key = (id(low.costs_of(c)), low.link_factor.get(c.id, 1.0),
+                         tuple(sorted((k, len(v)) for k, v in (c.peers or {}).items())),
+                         tuple(sorted((c.shapes or {}).items())))
         self.dp_on = self.p.dp * self.p.cp > 1
         self.edp_on = self.sc.expert_dp > 1 and self.sc.model.moe is not None
         self.zero = self.p.zero_stage
@@ -280,10 +287,30 @@ class _ClassLowering:
         return self.low.comm_op(self.c, Comm("dp", collective, nbytes, name), deps, mb, self.next_seq("dp"), chunk=chunk)
 
     def items(self, items, category, a: Action, first_deps, transient=0.0):
-        """Emits the items (segments and comms) in order; returns the last op (or None)."""
+        """Emits the items (segments and comms) in order; returns the last op (or None).
+
+        When a call's items all end up in one compute op (every collective folded, every segment
+        merged), the op's duration and parts are remembered per (items, category, this class's
+        costs and peers): the same layer program in the next microbatch, layer or class with the
+        same costs is then one op without walking its items again."""
         low, c = self.low, self.c
+        prefix = f"{category}{a.microbatch}" + (f".{a.chunk}" if self.sched.chunks > 1 else "") + ":"
+        key = (id(items), category, transient, self.cost_key) if low.merge else None
+        hit = low._items_cache.get(key) if key is not None else None
+        if hit is not None:
+            dur, parts, seqs, raw = hit
+            sq = self.seqs
+            for k, n in seqs:
+                sq[k] = sq.get(k, 0) + n
+            op = low._new(c, stream="compute", kind="compute", category=category, duration=dur, label=prefix + raw,
+                          mb=a.microbatch, chunk=a.chunk, deps=list(first_deps), transient=transient)
+            op.fused = parts
+            return op
+        n0 = len(low.ops)
         last = None
         deps = list(first_deps)
+        own, own_raw = -1, ""             # the last compute op this call created, and its segment label
+        folded = []                       # kinds of the collectives folded in this call
         for it in items:
             if isinstance(it, Ring):
                 last = self.ring(it, category, a, deps, last, transient)
@@ -294,7 +321,8 @@ class _ClassLowering:
                     comm, cat, _, dur = low.comm_cost(c, it)
                     dur *= low.slowest_link((c.id,))
                     self.next_seq(it.kind)
-                    last.fused = (last.fused or (("compute", last.category, last.duration, last.label),)) + (
+                    folded.append(it.kind)
+                    last.fused = (last.fused or (("compute", last.category, last.duration, own_raw),)) + (
                         (comm.kind, cat, dur, f"{comm.collective}:{comm.name}"),)
                     last.duration += dur
                     continue
@@ -306,12 +334,23 @@ class _ClassLowering:
                 d, label = low.seg_time(it, low.costs_of(c))
                 if d == 0.0 and not deps and last is not None:
                     continue
+                if (low.merge and not deps and last is not None and last.id == own and own == len(low.ops) - 1
+                        and last.stream == "compute"):
+                    # the next segment of this chain, nothing in between: it would start the
+                    # instant `last` ends, so `last` takes it on (merge_chains does the same
+                    # across calls, where it can see who else waits)
+                    last.fused = (last.fused or (("compute", last.category, last.duration, own_raw),)) + (
+                        ("compute", category, d, label),)
+                    last.duration += d
+                    continue
                 if last is not None and last.stream != "compute":
                     deps = deps + [last.id]
                 last = low._new(c, stream="compute", kind="compute", category=category, duration=d,
-                                label=f"{category}{a.microbatch}" + (f".{a.chunk}" if self.sched.chunks > 1 else "") + f":{label}",
-                                mb=a.microbatch, chunk=a.chunk, deps=list(deps), transient=transient)
+                                label=prefix + label, mb=a.microbatch, chunk=a.chunk, deps=list(deps), transient=transient)
+                own, own_raw = last.id, label
                 deps = []
+        if key is not None and last is not None and len(low.ops) == n0 + 1 and last.id == own and not deps:
+            low._items_cache[key] = (last.duration, last.fused, tuple((k, folded.count(k)) for k in sorted(set(folded))), own_raw)
         if deps and last is None:
             # nothing emitted but dependencies pending: carry them forward via an empty op
             last = low._new(c, stream="compute", kind="compute", category=category, duration=0.0,
