@@ -208,7 +208,12 @@ NETWORK = {
     "protocol": (("auto", "LL", "LL128", "Simple"), False, "auto"),
 }
 
-TOP = {"name", "seed", "model", "training", "parallel", "cluster", "network", "reliability"}
+TOP = {"name", "seed", "model", "training", "parallel", "cluster", "network", "reliability", "cost"}
+
+# `cost:` (read by simtrain search --objective cost): what one device costs to rent
+COST = {
+    "price_per_device_hour": ("float?", False, None),     # US$ per device-hour
+}
 
 
 @lru_cache(maxsize=None)
@@ -518,6 +523,15 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
         except ConfigError as e:
             errs.problems.extend(e.problems)
     _check_plan(model, training, parallel, cluster, topo, errs)
+    if "cost" in raw:
+        c = raw.get("cost")
+        if not isinstance(c, dict):
+            errs.add("cost", "expected a mapping", "write e.g. `cost: {price_per_device_hour: 2.0}` (US$)")
+        else:
+            v = validate_map(c, COST, "cost", errs)
+            pr = v.get("price_per_device_hour")
+            if isinstance(pr, (int, float)) and pr <= 0:
+                errs.add("cost.price_per_device_hour", f"must be > 0, got {pr}", "give the US$ price of one device-hour, e.g. 2.0")
     if "reliability" in raw:
         from simtrain.reliability.config import validate_section   # the job model's section, checked with the rest
         validate_section(raw, errs)
@@ -531,7 +545,7 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
     dor = parallel.pop("device_of_rank")
     sc = Scenario(
         name=name, model=ModelSpec(**model), training=TrainingSpec(**training),
-        parallel=ParallelSpec(**parallel, layers_per_stage=tuple(lps) if lps is not None else None,
+        parallel=ParallelSpec(**parallel, layers_per_stage=(lps if lps == "balanced" else tuple(lps)) if lps is not None else None,
                               device_of_rank=tuple(dor) if dor is not None else None),
         cluster=ClusterSpec(device=cluster["device"], topology_file=cluster["topology"], nodes=cluster["nodes"],
                             device_profile=cluster.get("device_profile") or "", stragglers=cluster["stragglers"],
@@ -602,7 +616,17 @@ def _check_stages(p, L, training, errs: Collector, encoder_stages: int = 0) -> N
         S -= encoder_stages
         what = f"{S} language-model stages (pp={pp} minus {encoder_stages} encoder stage{'s' if encoder_stages > 1 else ''})"
     lps, first, last = p.get("layers_per_stage"), p.get("first_stage_layers"), p.get("last_stage_layers")
-    if lps is not None:
+    if lps == "balanced":
+        # layers in proportion to each stage's device speed (workload.balanced_layers)
+        if first is not None or last is not None:
+            errs.add("parallel.layers_per_stage", "balanced is given together with first_stage_layers / last_stage_layers",
+                     "keep one of them")
+        elif S != pp:
+            errs.add("parallel.layers_per_stage", f"balanced needs one model stage per pipeline rank, not {what}",
+                     "use 1f1b, gpipe, zb_h1 or zb_h2, or give the counts")
+        elif L < S:
+            errs.add("parallel.layers_per_stage", f"{L} layers cannot give each of {S} stages one", "use fewer stages")
+    elif lps is not None:
         if first is not None or last is not None:
             errs.add("parallel.layers_per_stage", "given together with first_stage_layers / last_stage_layers",
                      "give either the full list or the first/last counts")
