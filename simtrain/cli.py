@@ -297,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="the Dask scheduler (with --executor dask)")
     sw.add_argument("--workers", type=int, metavar="N", help="worker processes of --executor process (default: all cores)")
     sw.add_argument("--out", metavar="DIR", help="store directory (default ./<scenario>.sweep): sweep.sqlite, sweep.csv; a rerun resumes")
+    sw.add_argument("--plot-x", metavar="KEY.PATH", help="also plot step time, MFU and US$/Mtok against this grid key (scaling.png)")
     sw.set_defaults(fn=lambda a: __import__("simtrain.sweep", fromlist=["main"]).main(a))
     se = sub.add_parser("search", help="find the best parallel plan: enumerate, prune (memory, closed form), simulate the best")
     se.add_argument("scenario")

@@ -64,19 +64,45 @@ class Plan:
     sequence_parallel: bool
     recompute: str
     zero_stage: int
+    layers_per_stage: tuple | None = None     # an uneven split when the layers do not divide evenly
 
     def overrides(self) -> list:
-        return [f"{AXES[k]}={json.dumps(getattr(self, k))}" for k in AXES] + [f"{k}=null" for k in CLEARED]
+        return [f"{AXES[k]}={json.dumps(getattr(self, k))}" for k in AXES] + [f"{k}=null" for k in CLEARED] + (
+            [f"parallel.layers_per_stage={json.dumps(list(self.layers_per_stage))}"] if self.layers_per_stage else [])
 
     def label(self) -> str:
         s = f"tp{self.tp}" + (f" cp{self.cp}" if self.cp > 1 else "") + f" pp{self.pp} dp{self.dp}"
         s += f" ep{self.ep}" if self.ep > 1 else ""
         s += f" mb{self.micro_batch_size}" + (" sp" if self.sequence_parallel else "")
         s += f" rc-{self.recompute} z{self.zero_stage} {self.schedule}" + (f"/v{self.vpp}" if self.vpp > 1 else "")
+        if self.layers_per_stage:
+            q = min(self.layers_per_stage)
+            s += f" [{q}..{max(self.layers_per_stage)}]"
         return s
 
     def key_values(self) -> dict:
         return {k: getattr(self, k) for k in AXES}
+
+
+def uneven_split(L: int, S: int) -> tuple | None:
+    """L layers over S stages when S does not divide L: the S − r lighter stages (L // S layers) at
+    the ends, first and last first (they also hold the embedding and the head), the r heavier ones
+    (one more) in the middle. None when S divides L. Example: 126 over 16 -> (7, 8 x 14, 7), the
+    split of the shipped Llama-3-405B scenario."""
+    q, r = divmod(L, S)
+    if r == 0 or q == 0:
+        return None
+    light = S - r
+    ends = []
+    lo, hi = 0, S - 1
+    for i in range(light):
+        if i % 2 == 0:
+            ends.append(lo)
+            lo += 1
+        else:
+            ends.append(hi)
+            hi -= 1
+    return tuple(q if k in ends else q + 1 for k in range(S))
 
 
 def divisors(n: int) -> list:
@@ -126,7 +152,7 @@ def enumerate_plans(model, global_batch: int, devices_per_node: int, nodes_list,
             for cp in axis("cp", cps):
                 if W % (tp * cp):
                     continue
-                for pp in axis("pp", [p for p in divisors(W // (tp * cp)) if p <= L]):
+                for pp in axis("pp", [p for p in divisors(W // (tp * cp)) if p <= L // 2 or p == 1 or L % p == 0]):
                     if W % (tp * cp * pp):
                         continue
                     dp = W // (tp * cp * pp)
@@ -142,13 +168,14 @@ def enumerate_plans(model, global_batch: int, devices_per_node: int, nodes_list,
                             scheds += [(sch, v) for v in axis("vpp", VPPS) if L % (pp * v) == 0]
                         elif "vpp" not in fx or fx["vpp"] in (1, None):
                             scheds.append((sch, 1))
+                    split = uneven_split(L, pp)
                     sps = [False, True] if tp > 1 else [False]
                     if moe is not None and tp > 1:
                         sps = [True]
                     for ep, (sch, vpp), mb, sp, rc, z in itertools.product(
                             axis("ep", eps), scheds, axis("micro_batch_size", mbs), axis("sequence_parallel", sps),
                             axis("recompute", RECOMPUTE), axis("zero_stage", zero_stages)):
-                        out.append(Plan(nodes, tp, cp, pp, dp, ep, sch, vpp, mb, sp, rc, z))
+                        out.append(Plan(nodes, tp, cp, pp, dp, ep, sch, vpp, mb, sp, rc, z, split if vpp == 1 else None))
     return sorted(set(out))
 
 
@@ -291,6 +318,8 @@ def plan_raw(raw: dict, plan: Plan) -> dict:
     for key in CLEARED:
         sec, name = key.split(".")
         d[sec][name] = None
+    if plan.layers_per_stage:
+        d["parallel"]["layers_per_stage"] = list(plan.layers_per_stage)
     return d
 
 
@@ -478,18 +507,18 @@ def why_best(res: SearchResult) -> str:
 
 def table(res: SearchResult, top: int) -> str:
     from simtrain.units import fmt_bytes, fmt_time
-    head = f"  {'#':>3} {'plan':44s} {'step':>9s} {'estimate':>9s} {'MFU':>6s} {'peak mem':>10s} {'fits':>4s} {'bubble':>7s} {'exposed comm (tp/cp/ep/pp/dp)':>32s}"
+    head = f"  {'#':>3} {'plan':52s} {'step':>9s} {'estimate':>9s} {'MFU':>6s} {'peak mem':>10s} {'fits':>4s} {'bubble':>7s} {'exposed comm (tp/cp/ep/pp/dp)':>32s}"
     if res.objective == "cost":
         head += f" {'$/Mtok':>8s}"
     lines = [head]
     for i, c in enumerate(res.ranked[:top], 1):
         if c.result is None:
-            lines.append(f"  {i:>3} {c.plan.label():44s} error: {c.error}")
+            lines.append(f"  {i:>3} {c.plan.label():52s} error: {c.error}")
             continue
         r = c.result
         ex = r["breakdown"]["exposed_comm_s"]
         comm = "/".join(f"{1e3 * ex[k]:.0f}" for k in ("tp", "cp", "ep", "pp", "dp")) + " ms"
-        line = (f"  {i:>3} {c.plan.label():44s} {fmt_time(r['step_time_s']):>9s} {fmt_time(c.estimate_s):>9s} {100 * r['mfu']:5.1f}% "
+        line = (f"  {i:>3} {c.plan.label():52s} {fmt_time(r['step_time_s']):>9s} {fmt_time(c.estimate_s):>9s} {100 * r['mfu']:5.1f}% "
                 f"{fmt_bytes(r['peak_memory_bytes']):>10s} {'yes' if r['fits_in_memory'] else 'NO':>4s} {100 * r['bubble_fraction']:6.1f}% {comm:>32s}")
         if res.objective == "cost":
             line += f" {cost_per_mtok(res.price, r):8.3f}"
@@ -507,7 +536,8 @@ def best_scenario(res: SearchResult, path: Path) -> dict:
     doc = apply_overrides(res.base_raw, best.plan.overrides(), errs)
     for k in CLEARED:
         sec, key = k.split(".")
-        doc.get(sec, {}).pop(key, None)
+        if not (k == "parallel.layers_per_stage" and best.plan.layers_per_stage):
+            doc.get(sec, {}).pop(key, None)
     if doc["parallel"].get("vpp") == 1 and doc["parallel"].get("schedule") != "interleaved_1f1b":
         doc["parallel"].pop("vpp")
     t = find_topology_file(doc["cluster"]["topology"], path.parent)

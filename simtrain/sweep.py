@@ -48,9 +48,11 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS points (
 
 def parse_grid(grid, fixed=()) -> list:
     """`--grid` arguments (`key=v1,v2`, commas inside brackets kept) -> list of override lists, first
-    axis varying slowest. `fixed` (`--set`) overrides come first in every point.
+    axis varying slowest. `fixed` (`--set`) overrides come first in every point. Keys joined by `+`
+    move together (one axis, values joined by `+` too), for values that must change in step:
 
-        ["a.x=1,2", "b=p,q"] -> [[a.x=1, b=p], [a.x=1, b=q], [a.x=2, b=p], [a.x=2, b=q]]"""
+        ["a.x=1,2", "b=p,q"]         -> [[a.x=1, b=p], [a.x=1, b=q], [a.x=2, b=p], [a.x=2, b=q]]
+        ["n+d=32+8,64+16"]           -> [[n=32, d=8], [n=64, d=16]]"""
     from simtrain.compare import split_values
     axes = []
     errs = Collector("--grid")
@@ -59,10 +61,20 @@ def parse_grid(grid, fixed=()) -> list:
         if not eq or not key.strip() or not val.strip():
             errs.add(g, "expected key.path=v1,v2,...", "write e.g. `--grid parallel.tp=4,8`")
             continue
-        axes.append((key.strip(), split_values(val)))
+        keys = [k.strip() for k in key.split("+")]
+        vals = split_values(val)
+        if len(keys) > 1:
+            split = [v.split("+") for v in vals]
+            bad = [v for v, parts in zip(vals, split) if len(parts) != len(keys)]
+            if bad:
+                errs.add(g, f"value {bad[0]!r} has {len(bad[0].split('+'))} parts for {len(keys)} keys",
+                         f"join exactly {len(keys)} values with `+`, e.g. `{key}={'+'.join(['1'] * len(keys))}`")
+                continue
+            axes.append([[f"{k}={x.strip()}" for k, x in zip(keys, parts)] for parts in split])
+        else:
+            axes.append([[f"{keys[0]}={v}"] for v in vals])
     errs.raise_if_any()
-    return [list(fixed) + [f"{k}={v}" for (k, _), v in zip(axes, combo)]
-            for combo in itertools.product(*[v for _, v in axes])]
+    return [list(fixed) + [o for part in combo for o in part] for combo in itertools.product(*axes)]
 
 
 def _file_digest(path: str) -> str:
@@ -277,6 +289,45 @@ def table(rows, limit: int = 40) -> str:
     return "\n".join(lines)
 
 
+def scaling_figure(rows, x_key: str, path: Path, title: str, price: float | None = None) -> list:
+    """Step time, MFU, and US$ per million tokens (when the scenario prices a device-hour) against
+    one grid key, from the stored rows; returns the plotted points [(x, step, mfu, tokens/s, $/Mtok)]."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import yaml
+    from simtrain.results import save_figure
+    pts = []
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        vals = dict(o.split("=", 1) for o in json.loads(r["overrides"]))
+        if x_key not in vals:
+            continue
+        x = float(yaml.safe_load(vals[x_key]))
+        usd = price * r["num_devices"] / 3600.0 / r["tokens_per_s"] * 1e6 if price else None
+        pts.append((x, r["step_time_s"], r["mfu"], r["tokens_per_s"], usd, r["num_devices"]))
+    pts.sort()
+    n = 3 if price else 2
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6))
+    xs = [p[5] for p in pts]
+    panels = [("step time (s)", [p[1] for p in pts]), ("MFU (%)", [100 * p[2] for p in pts])]
+    if price:
+        panels.append((f"US$ per million tokens (at ${price:g}/device-h)", [p[4] for p in pts]))
+    for ax, (label, ys) in zip(axes, panels):
+        ax.plot(xs, ys, "-o", c="#4c72b0")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{int(v):,}" for v in xs], rotation=45, fontsize=7)
+        ax.set_xlabel("devices")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110)
+    return pts
+
+
 def main(args) -> int:
     from simtrain.results import write_atomic
     from simtrain.errors import Problem
@@ -299,8 +350,18 @@ def main(args) -> int:
         if client is not None:
             client.close()
     write_atomic(out / "sweep.csv", to_csv(rows).encode())
+    wrote = "sweep.csv"
+    if args.plot_x:
+        import yaml
+        raw = yaml.safe_load(Path(args.scenario).read_text())
+        price = ((raw.get("cost") or {}) if isinstance(raw, dict) else {}).get("price_per_device_hour")
+        pts = scaling_figure(rows, args.plot_x, out / "scaling.png", f"{Path(args.scenario).name}: against {args.plot_x}", price)
+        wrote += " scaling.png"
+        print(f"  {'devices':>8s} {'step':>9s} {'MFU':>6s} {'tokens/s':>12s}" + ("  US$/Mtok" if price else ""))
+        for x, step, mfu, tps, usd, nd in pts:
+            print(f"  {nd:>8,d} {step:8.3f}s {100 * mfu:5.1f}% {tps:12,.0f}" + (f"  {usd:8.3f}" if usd is not None else ""))
     print(f"sweep of {args.scenario}: {st.points} points, {st.distinct} distinct scenarios, {st.cached} from the store, "
           f"{st.computed} computed ({st.failed} failed) in {st.wall_s:.1f} s with the {args.executor} executor")
     print(table(rows))
-    print(f"\n  wrote {out}/: sweep.sqlite (table points, keyed by the resolved scenario's hash) sweep.csv")
+    print(f"\n  wrote {out}/: sweep.sqlite (table points, keyed by the resolved scenario's hash) {wrote}")
     return 0

@@ -6,6 +6,7 @@ import pytest
 
 from conftest import small_scenario
 from simtrain.cli import main
+from simtrain.errors import ConfigError
 from simtrain.sweep import parse_grid, sweep
 
 # 4 devices (one node), global batch 8. tp and pp change together (tp x pp = 4, dp 1): a grid axis whose
@@ -27,6 +28,10 @@ def _run(path, out, executor="serial", client=None, on_row=None):
 def test_parse_grid_is_the_cartesian_product_first_axis_slowest():
     assert parse_grid(["a.x=1,2", "b=p,[3,4]"], ["c=0"]) == [
         ["c=0", "a.x=1", "b=p"], ["c=0", "a.x=1", "b=[3,4]"], ["c=0", "a.x=2", "b=p"], ["c=0", "a.x=2", "b=[3,4]"]]
+    # keys joined by + move together: 2 points, not 4
+    assert parse_grid(["n+d=32+8,64+16"]) == [["n=32", "d=8"], ["n=64", "d=16"]]
+    with pytest.raises(ConfigError, match="has 1 parts for 2 keys"):
+        parse_grid(["n+d=32,64+16"])
 
 
 def test_serial_and_process_rows_identical_and_failures_recorded(tmp_path, plain_topology):
