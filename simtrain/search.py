@@ -120,9 +120,26 @@ def parse_fixes(fixes, path: str) -> dict:
         if not eq:
             errs.add(f, "expected key.path=value", "write e.g. `--fix parallel.tp=8`")
             continue
-        v = yaml.safe_load(val)
+        try:
+            v = yaml.safe_load(val)
+        except yaml.YAMLError:
+            v = val
         if key in KEY_AXIS:
-            out[KEY_AXIS[key]] = v
+            name = KEY_AXIS[key]
+            if name == "sequence_parallel":
+                ok, want = isinstance(v, bool), "true or false"
+            elif name == "schedule":
+                from simtrain.schedules import SCHEDULES
+                ok, want = v in SCHEDULES, f"one of: {', '.join(SCHEDULES)}"
+            elif name == "recompute":
+                ok, want = v in RECOMPUTE, f"one of: {', '.join(RECOMPUTE)}"
+            else:
+                lo = 0 if name == "zero_stage" else 1
+                ok, want = isinstance(v, int) and not isinstance(v, bool) and v >= lo, f"a whole number >= {lo}"
+            if not ok:
+                errs.add(key, f"--fix value {val!r} is not valid", f"give {want}")
+                continue
+            out[name] = v
         else:
             extra.append(f)
     errs.raise_if_any()

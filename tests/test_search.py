@@ -78,10 +78,20 @@ def test_pruned_search_finds_the_exhaustive_best(tmp_path, plain_topology):
     assert all(c.result["peak_memory_bytes"] >= c.mem_lower for c in full.ranked)
 
 
-def test_fix_is_respected(tmp_path, plain_topology):
+def test_fix_is_respected(tmp_path, plain_topology, capsys):
     path = _big(tmp_path, plain_topology)
     res = search(path, fixes=["parallel.tp=2", "parallel.placement=scattered"], max_candidates=4)
     assert res.ranked and all(c.plan.tp == 2 and c.scenario.parallel.placement == "scattered" for c in res.ranked)
+    assert main(["search", str(path), "--fix", "parallel.tp=two"]) == 2
+    assert "parallel.tp: --fix value 'two' is not valid; give a whole number >= 1" in capsys.readouterr().err
+
+
+def test_uneven_split_puts_the_lighter_stages_at_the_ends():
+    from simtrain.search import uneven_split
+    # 126 = 16 x 7 + 14: 14 stages of 8, the other 2 (first and last) of 7 -- the shipped 405B split
+    assert uneven_split(126, 16) == (7,) + (8,) * 14 + (7,)
+    # 10 = 4 x 2 + 2: two light stages at the ends; 8 over 4 divides evenly (no split needed)
+    assert uneven_split(10, 4) == (2, 3, 3, 2) and uneven_split(8, 4) is None
 
 
 def test_closed_form_interleaved_term_tracks_the_simulation(tmp_path, fast_topology):
@@ -114,6 +124,10 @@ def test_cli_writes_a_best_scenario_that_reproduces_its_step_time(tmp_path, plai
     rows = list(csv.DictReader((out / "search.csv").open()))
     assert float(rows[0]["step_time_s"]) == r["step_time_s"] and rows[0]["tp"] == str(sc.parallel.tp)
     assert (out / "search.png").stat().st_size > 0
+    # the same input gives the same bytes
+    assert main(["search", str(path), "--max-candidates", "4", "--top", "3", "--out", str(tmp_path / "again")]) == 0
+    for f in ("best.yaml", "search.csv", "search.png"):
+        assert (out / f).read_bytes() == (tmp_path / "again" / f).read_bytes()
 
 
 def test_cost_objective_needs_and_uses_the_price(tmp_path, plain_topology, capsys):

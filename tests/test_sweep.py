@@ -57,8 +57,14 @@ def test_dask_rows_identical_to_serial(tmp_path, plain_topology):
                       dashboard_address=None) as cl, \
             Client(cl) as client:
         rows_d, st = _run(path, tmp_path / "d", executor="dask", client=client)
+        # the command line connects to the same scheduler by its address
+        assert main(["sweep", str(path), "--grid", "training.micro_batch_size=1,2", "--executor", "dask",
+                     "--scheduler", cl.scheduler_address, "--out", str(tmp_path / "cli")]) == 0
     assert st.computed == 8
     assert rows_d == rows_s
+    rows_cli = sqlite3.connect(tmp_path / "cli" / "sweep.sqlite").execute("select count(*) from points where status='ok'").fetchone()
+    assert rows_cli == (2,)
+    assert main(["sweep", str(path), "--grid", "training.micro_batch_size=1", "--executor", "dask"]) == 2
 
 
 def test_interrupted_sweep_resumes_computing_only_the_missing_points(tmp_path, plain_topology):
