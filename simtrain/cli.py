@@ -118,7 +118,7 @@ def cmd_check(args) -> int:
     print("  static memory per rank (weights + gradients + optimizer + buffers, before activations):")
     worst = 0.0
     for r, held in enumerate(sched.stage_of):
-        st = static_memory(sc, sum(work[k].params for k in held))
+        st = static_memory(sc, sum(work[k].params for k in held), sum(work[k].expert_params for k in held))
         tot = sum(st.values()) + comm_buffers(sc, lp)
         worst = max(worst, tot)
         layers = " + ".join(str(work[k].num_layers) for k in held)

@@ -8,9 +8,13 @@ a plan search can prune with it before simulating.
 with t_F, t_B a microbatch's forward and backward (recompute included) on one stage, communication
 of the tp / cp / ep kinds added in series (Megatron issues it synchronously), m microbatches,
 p pipeline ranks, v chunks per rank (Narayanan et al. SC'21: the interleaved bubble is (p-1)/v of
-a stage time), the optimizer step, and the gradient reduction of the last layer's bucket (the
-rest overlaps the backward when overlap_grad_reduce is on, none of it otherwise). No contention,
-no stragglers, no schedule-specific overlap: that is what the simulation is for.
+a stage time), the optimizer step, and the gradient reduction that the last microbatch's backward
+cannot hide: at least its last bucket, and all of it beyond that backward's length (gradients
+accumulate over microbatches, so only the last backward overlaps; none of it without
+overlap_grad_reduce). No contention, no stragglers, no schedule-specific overlap: that is what
+the simulation is for.
+Worked example (interleaved, m 8, p 4, v 2, 1 s of F + B per rank and microbatch): (16 + 3) x
+0.5 s = 9.5 s of pipeline.
 """
 from __future__ import annotations
 
@@ -61,16 +65,18 @@ def estimate(sc, topo, costs=None) -> dict:
                 t += sum(costs.duration(o) for o in it)
         return t
 
-    stage_t = []
+    stage_f, stage_b = [], []
     for w in work:
         progs = list(w.layers) + [x for x in (w.pre, w.post) if x is not None]
-        f = sum(items(lp.forward) for lp in progs)
-        b = sum(items(lp.recompute) + items(lp.backward) for lp in progs)
-        stage_t.append(f + b)
-    per_rank = [sum(stage_t[k] for k in sched.stage_of[r]) / len(sched.stage_of[r]) for r in range(p.pp)]
+        stage_f.append(sum(items(lp.forward) for lp in progs))
+        stage_b.append(sum(items(lp.recompute) + items(lp.backward) for lp in progs))
+    # per pipeline rank and microbatch, all its chunks
+    F = [sum(stage_f[k] for k in sched.stage_of[r]) for r in range(p.pp)]
+    B = [sum(stage_b[k] for k in sched.stage_of[r]) for r in range(p.pp)]
     v = sched.num_stages // p.pp if not sched.duplicated_stages else 1
-    chunk = max(per_rank)
-    pipeline = (m * v + (p.pp - 1)) * chunk / v
+    busiest = max(range(p.pp), key=lambda r: (F[r] + B[r], -r))
+    # (m·v + p − 1) chunk-passes of one chunk's time (F + B) / v: (m + (p − 1)/v) x (F + B)
+    pipeline = (m * v + (p.pp - 1)) * (F[busiest] + B[busiest]) / v
     params = max(sum(work[k].params for k in sched.stage_of[r]) for r in range(p.pp))
     local = params / (p.dp * p.cp if p.zero_stage >= 1 else 1)
     opt = costs.memory_time(OPT_BYTES_PER_PARAM * local)
@@ -78,8 +84,13 @@ def estimate(sc, topo, costs=None) -> dict:
     dp_t = 0.0
     if "dp" in shapes:
         coll = "all_reduce" if p.zero_stage == 0 else "reduce_scatter"
-        bucket = min(p.bucket_size_params, params) if p.overlap_grad_reduce else params
-        dp_t = choose(coll, grad_bytes * bucket, shapes["dp"], topo, net.algorithm_for(coll), net.protocol).seconds
+        bucket = min(p.bucket_size_params, params)
+        n_buckets = -(-params // bucket)
+        one = choose(coll, grad_bytes * bucket, shapes["dp"], topo, net.algorithm_for(coll), net.protocol).seconds
+        whole = n_buckets * one
+        # gradients accumulate over microbatches: the reduction can only overlap the last
+        # microbatch's backward on the rank; the last bucket always comes after it
+        dp_t = max(one, whole - B[busiest]) if p.overlap_grad_reduce else whole
     step = pipeline + opt + dp_t
     return {"step_time_s": step, "pipeline_s": pipeline, "optimizer_s": opt, "dp_exposed_s": dp_t,
             "bubble_fraction": (p.pp - 1) / (m * v + p.pp - 1)}

@@ -252,44 +252,11 @@ class _memoized_estimate:
 
 
 def closed_form(sc, topo) -> float:
-    """simtrain.estimate's step time with two corrections, both found by comparing it with the
-    simulation over every plan of a small case (tests/test_search.py):
-
-    - interleaved pipeline term: estimate takes `chunk` as the mean time of ONE of a rank's v
-      chunks and multiplies (m·v + p − 1) by chunk / v, dividing by v twice. A rank runs m·v
-      chunk-passes plus a bubble of (p − 1) chunk times (Narayanan et al. SC'21: bubble (p − 1)/v
-      of a stage time), so the term is (m·v + p − 1) · chunk = pipeline_s · v. Example: m 8, p 4,
-      v 2, stage 1 s (chunk 0.5 s): (16 + 3) · 0.5 = 9.5 s; estimate reports 4.75 s.
-    - gradient reduction: estimate exposes only the last bucket, which holds while the reduction
-      is shorter than the backward it overlaps. Gradients accumulate over microbatches, so the
-      reduction overlaps only the last microbatch's backward (about 2/3 of its F + B on the rank,
-      chunk · v · 2/3): exposed = max(last bucket, whole reduction − that window). Example: 25.6 GB
-      of fp32 gradients all-reduced over 4 ranks at 100 GB/s, 2 · 3/4 · 25.6 / 100 = 0.38 s, against
-      a 60 ms backward: 0.32 s exposed, not one bucket's 2 ms."""
-    from simtrain.collectives import choose
+    """simtrain.estimate's step time: the interleaved pipeline term (m·v + p − 1) chunk times and
+    the gradient reduction the last microbatch's backward cannot hide (both found by comparing
+    with the simulation over every plan of a small case, tests/test_search.py)."""
     from simtrain.estimate import estimate
-    from simtrain.parallel import RankGrid, group_shape, placement_of
-    from simtrain.workload import build_workload
-    e = estimate(sc, topo)
-    p = sc.parallel
-    m = sc.num_microbatches
-    s = cached_schedule(p, m)
-    v = s.num_stages // p.pp if not s.duplicated_stages else 1
-    pipeline = e["pipeline_s"] * v
-    dp_t = e["dp_exposed_s"]
-    if p.dp * p.cp > 1 and p.overlap_grad_reduce:
-        work = build_workload(sc, s.num_stages)
-        params = max(sum(work[k].params for k in s.stage_of[r]) for r in range(p.pp))
-        grid = RankGrid(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp)
-        place = placement_of(sc, grid, topo)
-        g = grid.group_arrays("dp")[0][0]
-        shape = group_shape([place[int(r)] for r in g], topo)
-        coll = "all_reduce" if p.zero_stage == 0 else "reduce_scatter"
-        grad_bytes = 2.0 if sc.training.precision == "fp16" else 4.0
-        whole = choose(coll, grad_bytes * params, shape, topo, sc.network.algorithm_for(coll), sc.network.protocol).seconds
-        window = (2.0 / 3.0) * pipeline / (m * v + p.pp - 1) * v
-        dp_t = max(dp_t, whole - window)
-    return pipeline + e["optimizer_s"] + dp_t
+    return estimate(sc, topo)["step_time_s"]
 
 
 def memory_bounds(sc, topo) -> tuple:

@@ -108,7 +108,7 @@ class ParallelSpec:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = False
     bucket_size_params: int = 40_000_000
-    layers_per_stage: Optional[tuple] = None
+    layers_per_stage: Optional[object] = None   # a tuple of counts, or "balanced" (by device speed)
     first_stage_layers: Optional[int] = None
     last_stage_layers: Optional[int] = None
     vpp: int = 1                    # model chunks per rank (schedules that take it: interleaved_1f1b)
@@ -203,7 +203,9 @@ class Scenario:
                 d["parallel"].pop(k)
         if d["parallel"].get("schedule_csv"):
             d["parallel"].pop("schedule")
-        if d["parallel"]["layers_per_stage"] is not None:
+        if d["parallel"]["layers_per_stage"] == "balanced":
+            pass
+        elif d["parallel"]["layers_per_stage"] is not None:
             d["parallel"]["layers_per_stage"] = list(d["parallel"]["layers_per_stage"])
         else:
             d["parallel"].pop("layers_per_stage")

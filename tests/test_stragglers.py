@@ -121,3 +121,21 @@ def test_mixed_devices_warn_where_a_stage_mixes_types(tmp_path, plain_topology):
     assert h["stages"][0]["devices"] == {"h100-sxm5-80gb": 8}
     assert h["stages"][1]["devices"] == {"a100-sxm4-80gb": 4, "h100-sxm5-80gb": 4}
     assert len(h["warnings"]) == 1 and h["warnings"][0].startswith("stage 1 mixes")
+
+
+def test_balanced_layers_follow_device_speed(tmp_path, plain_topology):
+    """layers_per_stage: balanced with the first 2 nodes H100 and the last 2 A100: 8 layers over
+    pp 2 in proportion to each device's time for one layer under its own calibrated costs
+    (stage_speeds), largest remainder: the H100 stage gets more; the same devices everywhere
+    give 4 + 4; and the split follows the ratio of the two layer times by hand."""
+    from simtrain.workload import balanced_layers, stage_speeds
+    extra = {"mixed": [{"nodes": 2, "device": "h100-sxm5-80gb"}]}
+    sc, topo = scen(tmp_path, plain_topology, extra, par={"tp": 2, "pp": 2, "dp": 4, "layers_per_stage": "balanced"})
+    v = stage_speeds(sc, 2)
+    share = 8 * v[0] / (v[0] + v[1])
+    counts = balanced_layers(sc, 2)
+    assert counts[0] > counts[1] and sum(counts) == 8 and abs(counts[0] - share) < 1
+    same, _ = scen(tmp_path, plain_topology, {"mixed": [{"nodes": 4, "device": "h100-sxm5-80gb"}]},
+                   par={"tp": 2, "pp": 2, "dp": 4, "layers_per_stage": "balanced"}, name="same.yaml")
+    assert balanced_layers(same, 2) == (4, 4)
+    assert simulate(sc, topo).result["step_time_s"] > 0
