@@ -302,6 +302,15 @@ class _ClassLowering:
             sq = self.seqs
             for k, n in seqs:
                 sq[k] = sq.get(k, 0) + n
+            prev = low.ops[-1] if low.ops else None
+            if (not first_deps and prev is not None and prev.cls == c.id and prev.stream == "compute"
+                    and prev.category == category and prev.mb == a.microbatch and prev.chunk == a.chunk
+                    and prev.transient == transient and prev.free == 0 and prev.inflight >= 0):
+                # the previous layer's op of this action, and nothing created since that could
+                # wait for its end: this layer continues it (as merge_chains would)
+                prev.fused = (prev.fused or (("compute", prev.category, prev.duration, prev.label),)) + parts
+                prev.duration += dur
+                return prev
             op = low._new(c, stream="compute", kind="compute", category=category, duration=dur, label=prefix + raw,
                           mb=a.microbatch, chunk=a.chunk, deps=list(first_deps), transient=transient)
             op.fused = parts
