@@ -56,3 +56,19 @@ def small_scenario(tmp_path, topo: Path, **over) -> Path:
     p = tmp_path / "small.yaml"
     p.write_text(yaml.safe_dump(doc))
     return p
+
+
+class FlopCost:
+    """Hand-derivable compute costs: GEMMs and attention at P FLOP/s, memory-bound operators free."""
+    coverage: set = set()
+    P = 1e15
+
+    def __init__(self, P: float | None = None):
+        if P is not None:
+            self.P = P
+
+    def duration(self, op):
+        return op.flops / self.P
+
+    def memory_time(self, nbytes):
+        return 0.0

@@ -7,24 +7,12 @@ from simtrain.errors import ConfigError
 from simtrain.loading import load_scenario
 from simtrain.simulate import simulate
 
-from conftest import write
+from conftest import FlopCost, write
 
 h, heads, s = 256, 8, 1024
 d = h // heads
 
 
-class FlopCost:
-    """GEMMs and attention at P FLOP/s, memory-bound operators free."""
-    coverage: set = set()
-
-    def __init__(self, P=1e15):
-        self.P = P
-
-    def duration(self, op):
-        return op.flops / self.P
-
-    def memory_time(self, nbytes):
-        return 0.0
 
 
 def cp_scenario(tmp_path, topo, cp=4, kind="ring", name="cp.yaml", gbs=1, **par):

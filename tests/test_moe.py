@@ -12,7 +12,7 @@ from simtrain.parallel import RankGrid
 from simtrain.simulate import simulate, static_memory
 from simtrain.workload import Comm, build_workload, parameter_counts, routing_shares
 
-from conftest import write
+from conftest import FlopCost, write
 
 h, f, s, V = 256, 512, 128, 1024
 
@@ -32,16 +32,6 @@ def moe_scenario(tmp_path, topo, moe=None, parallel=None, training=None, model=N
     return p
 
 
-class FlopCost:
-    """Hand-derivable costs: GEMMs and attention at 1 PFLOP/s, memory-bound operators free."""
-    P = 1e15
-    coverage: set = set()
-
-    def duration(self, op):
-        return op.flops / self.P
-
-    def memory_time(self, nbytes):
-        return 0.0
 
 
 def preset(tmp_path, name):

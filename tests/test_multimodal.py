@@ -4,6 +4,8 @@ import pytest
 import yaml
 
 from simtrain.loading import load_scenario
+
+from conftest import FlopCost
 from simtrain.simulate import simulate
 from simtrain.workload import parameter_counts
 
@@ -11,15 +13,6 @@ H, L, S, V = 256, 4, 128, 1024             # language model
 he, Le, Te, fe = 128, 2, 64, 512           # encoder: 2 ViT blocks of width 128 (MLP 4x) on 64 patches
 
 
-class FlopCost:
-    P = 1e15
-    coverage: set = set()
-
-    def duration(self, op):
-        return op.flops / self.P
-
-    def memory_time(self, nbytes):
-        return 0.0
 
 
 def vlm(tmp_path, topo, stages=0, pp=2, dp=2, name="vlm.yaml"):

@@ -7,18 +7,9 @@ from simtrain.errors import ConfigError
 from simtrain.loading import load_scenario
 from simtrain.simulate import simulate
 
-from conftest import small_scenario
+from conftest import FlopCost, small_scenario
 
 
-class FlopCost:
-    P = 1e15
-    coverage: set = set()
-
-    def duration(self, op):
-        return op.flops / self.P
-
-    def memory_time(self, nbytes):
-        return 0.0
 
 
 def scen(tmp_path, topo, cluster_extra, par=None, name="s.yaml", nodes=4, gbs=16):

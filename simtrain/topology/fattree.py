@@ -479,34 +479,8 @@ class FatTree(Fabric):
 
     def link_class_names(self, a, b) -> list:
         """`link_class_name` over arrays of device pairs, with the same rules in numpy."""
-        import numpy as np
-        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
-        s = self.s
-        out = np.empty(len(a), dtype=object)
-        same_dev = a == b
-        same_node = (a // self.dpn == b // self.dpn) & ~same_dev
-        if s.domain_topology is not None:
-            dom = same_node & (a // self.dph != b // self.dph)
-        else:
-            dom = np.zeros(len(a), dtype=bool)
-        out[same_dev] = "self"
-        out[same_node & ~dom] = "scale_up"
-        out[dom] = "domain"
-        rest = ~(same_dev | same_node)
-        if rest.any():
-            ar, br = a[rest], b[rest]
-            pxn = np.zeros(len(ar), dtype=bool)
-            if s.planes > 1:
-                ka, kb = (ar % self.dpn) // self.dpnic, (br % self.dpn) // self.dpnic
-                pxn = (ka % s.planes) != (kb % s.planes)
-                local = ar % self.dpn
-                proxied = (ar - local) + kb * self.dpnic + local % self.dpnic
-                ar = np.where(pxn, proxied, ar)
-            la, lb = self._leaf_np(ar), self._leaf_np(br)
-            pod = lambda x: ((x % self.lpp) // self.lu) // self.upp
-            base = np.where(la == lb, "leaf", np.where(pod(la) == pod(lb), "spine", "core")).astype(object)
-            out[rest] = np.where(pxn, "pxn_" + base.astype(str), base.astype(str)).astype(object)
-        return out.tolist()
+        codes, names = self.link_class_codes(a, b)
+        return [names[c] for c in codes.tolist()]
 
     def span_class(self, devices) -> str:
         import numpy as np
