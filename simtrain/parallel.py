@@ -143,13 +143,6 @@ class RankGrid:
         index[members.ravel()] = np.repeat(np.arange(members.shape[0]), size)
         return members, index
 
-    def group_index(self, groups: list) -> list[int]:
-        """For each rank, the index of its group in `groups` (as returned by `groups(kind)`)."""
-        idx = [0] * self.world
-        for gi, g in enumerate(groups):
-            for r in g:
-                idx[r] = gi
-        return idx
 
 
 def group_shape(devs, topo: Topology) -> GroupShape:

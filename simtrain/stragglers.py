@@ -82,11 +82,6 @@ class DeviceFactors:
         _, inv = np.unique(rows, axis=0, return_inverse=True)
         return inv.reshape(-1).astype(np.int64)
 
-    @property
-    def uniform(self) -> bool:
-        return (not self.chosen and bool((self.compute == 1).all() and (self.memory == 1).all() and (self.link == 1).all())
-                and len(set(self.device)) <= 1)
-
 
 def device_factors(cluster, num_devices: int, devices_per_node: int, seed: int) -> DeviceFactors:
     """Draws and combines the cluster's stragglers, jitter and device blocks (seeded: the same

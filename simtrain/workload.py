@@ -157,10 +157,6 @@ class StageWork:
         return self.layer_dense[0] + self.layer_expert[0] if self.layers else 0.0
 
     @property
-    def act_bytes_per_layer(self) -> float:
-        return self.act_layers[0] if self.layers else 0.0
-
-    @property
     def act_bytes(self) -> float:
         """Activation bytes one microbatch leaves stored on this stage between its F and backward."""
         return sum(self.act_layers) + self.act_bytes_pre + self.act_bytes_post
