@@ -407,12 +407,22 @@ def _dense_ids(rows):
     rows = np.asarray(rows, dtype=np.int64)
     lo = rows.min(axis=0)
     span = rows.max(axis=0) - lo + 1
-    if float(np.log2(span.astype(float)).sum()) < 62:
+    bits = float(np.log2(span.astype(float)).sum())
+    if bits < 62:
         # mixed-radix key per row: one 1-D unique instead of a row-wise one
         key = np.zeros(len(rows), dtype=np.int64)
         for j in range(rows.shape[1]):
             key = key * int(span[j]) + (rows[:, j] - lo[j])
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        if bits < 24:
+            # small key range: rank the keys with a presence table instead of sorting them
+            present = np.zeros(int(np.prod(span)), dtype=bool)
+            present[key] = True
+            dense = np.cumsum(present) - 1
+            inv = dense[key]
+            first = np.full(int(dense[-1]) + 1, len(key), dtype=np.int64)
+            np.minimum.at(first, inv, np.arange(len(key), dtype=np.int64))
+        else:
+            _, first, inv = np.unique(key, return_index=True, return_inverse=True)
     else:
         _, first, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)
     inv = inv.reshape(-1)
@@ -456,9 +466,14 @@ def _group_shapes(members, place, node, leaf, topo, objs: list, ids: dict):
             if sid[-1] == len(objs):
                 objs.append(shape)
         out[local] = np.asarray(sid, dtype=np.int64)[inv.reshape(-1)]
+    span_of = getattr(topo.fabric, "span_of_leaves", None)
     for i in np.flatnonzero(~local):
         key = tuple(int(x) for x in keys[i])
-        span = topo.span_class(place[members[i]].tolist())
+        if span_of is not None and one_host:
+            row = lf[i]
+            span = span_of(key[0], row[np.r_[True, row[1:] != row[:-1]]])
+        else:
+            span = topo.span_class(place[members[i]].tolist())
         shape = GroupShape(size, key[0], key[1], key[1] == key[2], key[3], key[2], span)
         out[i] = ids.setdefault(shape, len(ids))
         if out[i] == len(objs):

@@ -135,3 +135,17 @@ def test_closed_form_estimate_interleaved(tmp_path, fast_topology):
     sim = simulate(sc, topo, _Flops()).result["step_time_s"]
     est = estimate(sc, topo, _Flops())["step_time_s"]
     assert sim * (1 - 1e-9) <= est <= 1.3 * sim
+
+
+@pytest.mark.parametrize("name", FAT_TREES)
+def test_span_from_leaves_matches_span_class(name):
+    topo = load_topology(find_topology_file(name, None), nodes=64)
+    if topo.hosts_per_node > 1:
+        pytest.skip("multi-host domains ask span_class")
+    fab = topo.fabric
+    leaf = np.asarray(fab.leaf_array())
+    rng = np.random.default_rng(2)
+    for _ in range(300):
+        devs = rng.choice(topo.num_devices, size=int(rng.integers(2, 40)), replace=False)
+        nodes = len(set((devs // topo.devices_per_node).tolist()))
+        assert fab.span_of_leaves(nodes, np.unique(leaf[devs])) == fab.span_class(devs.tolist())

@@ -482,6 +482,15 @@ class FatTree(Fabric):
         codes, names = self.link_class_codes(a, b)
         return [names[c] for c in codes.tolist()]
 
+    def span_of_leaves(self, nodes: int, leaves) -> str:
+        """`span_class` from a group's node count and its distinct leaves (single-host domains)."""
+        if nodes <= 1:
+            return "scale_up"
+        if len(leaves) <= 1:
+            return "leaf"
+        pods = ((leaves % self.lpp) // self.lu) // self.upp
+        return "core" if (pods != pods[0]).any() else "spine"
+
     def span_class(self, devices) -> str:
         import numpy as np
         devices = np.asarray(devices, dtype=np.int64)
