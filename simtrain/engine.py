@@ -138,6 +138,28 @@ class FluidNetwork:
         self._schedule()
 
 
+def ready(env, op, done: list, rdv: dict, on_wait):
+    """Waits (a generator for `yield from`) until the op may start: its dependencies are done and,
+    for a collective across classes, every peer class has arrived at its rendezvous. Before each
+    wait it calls on_wait(what): a dependency's op id, or None for the rendezvous. The engine and
+    the in-step fault replay (simtrain.reliability.instep) issue ops by this one rule."""
+    for d in op.deps:
+        ev = done[d]
+        if not ev.processed:
+            on_wait(d)
+            yield ev
+    if op.rendezvous is not None:
+        slot = rdv.get(op.rendezvous)
+        if slot is None:
+            slot = rdv[op.rendezvous] = [0, env.event()]
+        slot[0] += 1
+        if slot[0] == op.peers:
+            slot[1].succeed()
+        else:
+            on_wait(None)
+            yield slot[1]
+
+
 @dataclass
 class Timeline:
     start: list
@@ -168,22 +190,10 @@ def run(ops: list, class_ids: list) -> Timeline:
 
     def proc(key, seq):
         for op in seq:
-            for d in op.deps:
-                ev = done[d]
-                if not ev.processed:
-                    waiting[key] = (op, d)
-                    waits[0] += 1
-                    yield ev
-            if op.rendezvous is not None:
-                slot = rdv.get(op.rendezvous)
-                if slot is None:
-                    slot = rdv[op.rendezvous] = [0, env.event()]
-                slot[0] += 1
-                if slot[0] == op.peers:
-                    slot[1].succeed()
-                else:
-                    waiting[key] = (op, "rendezvous")
-                    yield slot[1]
+            def on_wait(what, op=op):
+                waiting[key] = (op, "rendezvous" if what is None else what)
+                waits[0] += what is not None
+            yield from ready(env, op, done, rdv, on_wait)
             waiting.pop(key, None)
             t0 = env.now
             start[op.id] = t0

@@ -38,9 +38,8 @@ def estimate(sc, topo, costs=None) -> dict:
     grid = RankGrid(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp)
     place = placement_of(sc, grid, topo)
     shapes = {}
-    for k in ("tp", "cp", "ep", "etp", "dp", "edp"):
-        size = {"tp": p.tp, "cp": p.cp, "ep": p.ep, "etp": p.etp, "dp": p.dp * p.cp, "edp": sc.expert_dp}[k]
-        if size > 1 and (k in ("tp", "cp", "dp") or sc.model.moe is not None):
+    for k in grid.kinds(sc.model.moe is not None):
+        if grid.size(k) > 1:
             g = grid.group_arrays(k)[0][0]            # the first group of the kind (rank 0's)
             shapes[k] = group_shape([place[int(r)] for r in g], topo)
     net = sc.network

@@ -374,8 +374,7 @@ class StepFlows:
         self.algo = sc.network.algorithm_for
         self.protocol = sc.network.protocol
         self.groups: dict = {}     # (kind, stage) -> device lists of its groups
-        kinds = ["tp", "dp"] + [k for k, n in (("cp", grid.cp), ("ep", grid.ep), ("etp", grid.etp), ("edp", grid.edp)) if n > 1]
-        for k in kinds:
+        for k in grid.kinds(sc.model.moe is not None):
             for g in grid.groups(k):
                 self.groups.setdefault((k, grid.coords(g[0])["stage"]), []).append([place[r] for r in g])
         self.stats: dict = {}      # collective key -> (time, bytes per link, saturated s per link, Cost)

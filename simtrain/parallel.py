@@ -115,6 +115,17 @@ class RankGrid:
             out.setdefault(tuple(c[k] for k in fixed), []).append(r)
         return [tuple(g) for g in out.values()]
 
+    def size(self, kind: str) -> int:
+        """Members of one group of the kind (`dp`: data- and context-parallel ranks together)."""
+        return {"tp": self.tp, "cp": self.cp, "dp": self.dp * self.cp, "pp": self.pp,
+                "etp": self.etp, "ep": self.ep, "edp": self.edp}[kind]
+
+    def kinds(self, experts: bool = False) -> list:
+        """The group kinds a plan communicates over: tp and dp always (their shapes name every
+        class), cp when split, and for a model with experts ep, etp and edp when split."""
+        extra = ("cp", "ep", "etp", "edp") if experts else ("cp",)
+        return ["tp", "dp"] + [k for k in extra if self.size(k) > 1]
+
     def coord_arrays(self) -> dict:
         """Every coordinate of every rank as numpy arrays (the vectorised form of `coords`)."""
         import numpy as np
@@ -135,8 +146,7 @@ class RankGrid:
         for k in fixed:
             key = key * (int(co[k].max()) + 1) + co[k]
         order = np.lexsort((co["rank"], key))
-        size = {"tp": self.tp, "cp": self.cp, "dp": self.dp * self.cp, "pp": self.pp,
-                "etp": self.etp, "ep": self.ep, "edp": self.edp}[kind]
+        size = self.size(kind)
         members = co["rank"][order].reshape(-1, size)
         members = members[np.argsort(members[:, 0], kind="stable")]
         index = np.empty(self.world, dtype=np.int64)
@@ -302,10 +312,11 @@ def placement_of(sc, grid: RankGrid, topo: Topology) -> list[int]:
 
 
 def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool = False, ep_split: bool = False,
-                        every_rank: bool = False, rank_key=None) -> list[RankClass]:
+                        every_rank: bool = False, rank_key=None, experts: bool = False) -> list[RankClass]:
     """`mirror`: also keep every rank's mirror (stage pp-1-s) consistent, for schedules whose ranks
     exchange gradients with it. `ep_split`: ranks of different expert-parallel rank run different
-    programs (uneven expert loads), so the ep_rank is part of the signature. `rank_key`: an
+    programs (uneven expert loads), so the ep_rank is part of the signature. `experts`: the model
+    has experts, so the expert groups (ep, etp, edp) are part of it too. `rank_key`: an
     integer per rank that must also match (e.g. a straggler's slowdown class). `every_rank`: one
     class per rank (the brute-force reference the tests compare the grouping with).
 
@@ -317,7 +328,7 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
     place = np.asarray(place if place is not None else placement(grid, topo), dtype=np.int64)
     world = grid.world
     co = grid.coord_arrays()
-    kinds = ["tp", "dp"] + [k for k, n in (("cp", grid.cp), ("ep", grid.ep), ("etp", grid.etp), ("edp", grid.edp)) if n > 1]
+    kinds = grid.kinds(experts)
     ga = {k: grid.group_arrays(k, co) for k in kinds}
     node = place // topo.devices_per_node
     leaf = np.asarray(topo.fabric.leaf_array(), dtype=np.int64)[place]

@@ -239,7 +239,8 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False,
         lock = grid.group_arrays("tp")[0] if sc.cluster.straggler_model == "lockstep" else None
         rcomp, rmem, rlink, rdev = factors.per_rank(place, lock)
     classes = equivalence_classes(grid, topo, place, mirror=sched.duplicated_stages, ep_split=ep_split, every_rank=every_rank,
-                                  rank_key=factors.rank_key(rcomp, rmem, rlink, rdev) if het else None)
+                                  rank_key=factors.rank_key(rcomp, rmem, rlink, rdev) if het else None,
+                                  experts=moe is not None)
     costs = costs or CalibratedRoofline(dev, sc.training.precision)
     class_costs, link_factor, dev_of = {}, {}, {}
     if het:

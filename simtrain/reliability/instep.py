@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import simpy
 
+from simtrain.engine import ready
 from simtrain.program import stream_sequences
 
 
@@ -71,20 +72,9 @@ def replay(ops: list, durations: list, fault: tuple | None = None):
         op = None
         try:
             for op in seq:
-                for d in op.deps:
-                    if not done[d].processed:
-                        waiting[key] = (op, ops[d], env.now)
-                        yield done[d]
-                if op.rendezvous is not None:
-                    slot = rdv.get(op.rendezvous)
-                    if slot is None:
-                        slot = rdv[op.rendezvous] = [0, env.event()]
-                    slot[0] += 1
-                    if slot[0] == op.peers:
-                        slot[1].succeed()
-                    else:
-                        waiting[key] = (op, "peers at the collective", env.now)
-                        yield slot[1]
+                def on_wait(what, op=op):
+                    waiting[key] = (op, "peers at the collective" if what is None else ops[what], env.now)
+                yield from ready(env, op, done, rdv, on_wait)
                 waiting.pop(key, None)
                 start[op.id] = env.now
                 if durations[op.id] > 0:
