@@ -37,6 +37,19 @@ def plain_topology(tmp_path):
     """)
 
 
+def node_topology(tmp_path, devices: int, bandwidth: str = "100 GB/s", latency: str = "2 us",
+                  nic: str = "100 Gb/s", ideal: bool = True) -> Path:
+    """One-node fabric of `devices` devices on a scale-up switch (`ideal`: no protocol latencies)."""
+    return write(tmp_path / f"node{devices}-{bandwidth.split()[0]}.yaml", f"""
+        name: node{devices}
+        kind: two_tier
+        devices_per_node: {devices}
+        scale_up: {{bandwidth: "{bandwidth}", latency: "{latency}"}}
+        scale_out: {{nics_per_node: {min(devices, 2)}, nic_bandwidth: "{nic}", latency: "5 us"}}
+        {"collectives: {latency_model: none}" if ideal else ""}
+    """)
+
+
 def small_scenario(tmp_path, topo: Path, **over) -> Path:
     """A small GPT (h 256, 8 layers, 8 heads, vocab 1024, seq 128) on 1 node of 4 devices."""
     par = {"tp": 1, "pp": 4, "dp": 1, "schedule": "1f1b"}

@@ -7,7 +7,7 @@ from simtrain.errors import ConfigError
 from simtrain.loading import load_scenario
 from simtrain.simulate import simulate
 
-from conftest import FlopCost, write
+from conftest import FlopCost, node_topology
 
 h, heads, s = 256, 8, 1024
 d = h // heads
@@ -28,14 +28,7 @@ def cp_scenario(tmp_path, topo, cp=4, kind="ring", name="cp.yaml", gbs=1, **par)
 
 
 def one_node(tmp_path, n):
-    return write(tmp_path / f"node{n}.yaml", f"""
-        name: node{n}
-        kind: two_tier
-        devices_per_node: {n}
-        scale_up: {{bandwidth: "100 GB/s", latency: "2 us"}}
-        scale_out: {{nics_per_node: 1, nic_bandwidth: "100 Gb/s", latency: "5 us"}}
-        collectives: {{latency_model: none}}
-    """)
+    return node_topology(tmp_path, n)
 
 
 def kv_local(cp):
@@ -99,18 +92,6 @@ def test_cp_divides_activation_memory(tmp_path, fast_topology):
 
 def test_cp_plan_rules(tmp_path, fast_topology):
     with pytest.raises(ConfigError, match="model.seq_length: 1024 is not divisible by 2 x cp = 2048"):
-        load_scenario(cp_scenario(tmp_path, write(tmp_path / "big.yaml", """
-            name: big
-            kind: two_tier
-            devices_per_node: 1024
-            scale_up: {bandwidth: "100 GB/s", latency: "1 us"}
-            scale_out: {nics_per_node: 1, nic_bandwidth: "100 Gb/s", latency: "5 us"}
-        """), 1024))
+        load_scenario(cp_scenario(tmp_path, node_topology(tmp_path, 1024, latency="1 us", ideal=False), 1024))
     with pytest.raises(ConfigError, match="Ulysses splits the 8 heads"):
-        load_scenario(cp_scenario(tmp_path, write(tmp_path / "n16.yaml", """
-            name: n16
-            kind: two_tier
-            devices_per_node: 16
-            scale_up: {bandwidth: "100 GB/s", latency: "1 us"}
-            scale_out: {nics_per_node: 1, nic_bandwidth: "100 Gb/s", latency: "5 us"}
-        """), 16, "ulysses"))
+        load_scenario(cp_scenario(tmp_path, node_topology(tmp_path, 16, latency="1 us", ideal=False), 16, "ulysses"))

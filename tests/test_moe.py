@@ -12,7 +12,7 @@ from simtrain.parallel import RankGrid
 from simtrain.simulate import simulate, static_memory
 from simtrain.workload import Comm, build_workload, parameter_counts, routing_shares
 
-from conftest import FlopCost, write
+from conftest import FlopCost, node_topology
 
 h, f, s, V = 256, 512, 128, 1024
 
@@ -192,14 +192,7 @@ def test_hot_expert_makes_its_rank_the_critical_path(tmp_path, fast_topology):
     FLOPs, so rank 0 computes 18·T·h·f more per MoE layer and microbatch, and everyone waits for
     it at the combine: the step grows by 18·T·h·f x 2 layers x 1 microbatch / 1e15 s."""
     common = dict(moe={"num_experts": 2, "top_k": 1}, parallel={"dp": 2, "ep": 2}, training={"global_batch_size": 2})
-    topo = write(tmp_path / "two.yaml", """
-        name: two
-        kind: two_tier
-        devices_per_node: 2
-        scale_up: {bandwidth: "1000000000 GB/s", latency: "0 us"}
-        scale_out: {nics_per_node: 2, nic_bandwidth: "1000000000 GB/s", latency: "0 us"}
-        collectives: {latency_model: none}
-    """)
+    topo = node_topology(tmp_path, 2, bandwidth="1000000000 GB/s", latency="0 us", nic="1000000000 GB/s")
     sc_u, t = load_scenario(moe_scenario(tmp_path, topo, **common, name="u.yaml"))
     hot = dict(common, moe={**common["moe"], "routing": {"distribution": "explicit", "loads": [1, 0]}})
     sc_h, _ = load_scenario(moe_scenario(tmp_path, topo, **hot, name="h.yaml"))
