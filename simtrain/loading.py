@@ -99,6 +99,7 @@ PARALLEL = {
     "schedule": ("str", False, "1f1b"),
     "overlap_grad_reduce": ("bool", False, True),
     "overlap_param_gather": ("bool", False, False),
+    "pp_scatter_gather": ("bool", False, True),
     "bucket_size_params": ("posint", False, 40_000_000),
     "layers_per_stage": ("any", False, None),
     "first_stage_layers": ("posint?", False, None),

@@ -398,6 +398,25 @@ class _ClassLowering:
             return c.pp_wrap, c.link_wrap, ("pp_next" if self.rank == self.sched.pp - 1 else "pp_prev")
         raise AssertionError("routes move between neighbouring ranks (checked by schedules.validate)")
 
+    def recv_gather(self, a: Action, kind: str, pos: int) -> EOp | None:
+        """The tp all-gather that rebuilds a pipeline message sent split over the tp group
+        (`parallel.pp_scatter_gather`), or None where the input is local or not split. It is
+        created before the action's own ops, so it comes first on the tp stream, and it waits for
+        this rank's last compute op: the framework issues it after the previous action, behind
+        that action's tp collectives on the same communicator (whether or not they were folded)."""
+        r, _ = self.sched.route(a.microbatch)[pos]
+        if r == self.rank:
+            return None
+        ms = self.sched.stage_of[self.rank][a.chunk]
+        n = self.low.work_of(self.c.ep_rank)[ms - 1 if kind == "F" else ms].recv_gather_bytes
+        if not n:
+            return None
+        ops, cid = self.low.ops, self.c.id
+        prev = next((o.id for o in reversed(ops) if o.cls == cid and o.stream == "compute"), None)
+        name = f"pp_gather_{'act' if kind == 'F' else 'grad'}{a.microbatch}"
+        return self.low.comm_op(self.c, Comm("tp", "all_gather", n, name), [] if prev is None else [prev],
+                                a.microbatch, self.next_seq("tp"), chunk=a.chunk)
+
     def receive(self, first_op: EOp, a: Action, kind: str, pos: int) -> None:
         """Makes the action's first compute op wait for the input produced at route position pos."""
         r, ch = self.sched.route(a.microbatch)[pos]
@@ -434,6 +453,8 @@ class _ClassLowering:
     def forward(self, idx: int, a: Action) -> None:
         low, w = self.low, self.work(a.chunk)
         edge_ag = self.edge_gather(w, a)
+        pos = self.sched.position(self.rank, a.chunk, a.microbatch)
+        gather = self.recv_gather(a, "F", pos - 1) if pos > 0 else None
         start = len(low.ops)
         last = self.items(w.pre.forward, "F", a, []) if w.pre is not None else None
         ends = []
@@ -456,9 +477,10 @@ class _ClassLowering:
         first.inflight += 1
         if edge_ag is not None:
             first.deps.append(edge_ag)
-        pos = self.sched.position(self.rank, a.chunk, a.microbatch)
+        if gather is not None:
+            first.deps.append(gather.id)
         if pos > 0:
-            self.receive(first, a, "F", pos - 1)
+            self.receive(gather or first, a, "F", pos - 1)
         if pos < self.sched.num_stages - 1:
             self.send(last, a, "F", pos + 1)
 
@@ -468,6 +490,8 @@ class _ClassLowering:
         split = a.kind == "B"
         final = idx == self.final_w.get(a.chunk)
         edge_ag = self.edge_gather(w, a)
+        pos = self.sched.position(self.rank, a.chunk, a.microbatch)
+        gather = self.recv_gather(a, "B", pos + 1) if pos < self.sched.num_stages - 1 else None
         start = len(low.ops)
         tr = w.act_working_bytes
 
@@ -504,9 +528,10 @@ class _ClassLowering:
             self.edge_scatter(w, a, last)
         if not split:
             self.flush_bucket(a, last, final)
-        pos = self.sched.position(self.rank, a.chunk, a.microbatch)
+        if gather is not None:
+            first.deps.append(gather.id)
         if pos < self.sched.num_stages - 1:
-            self.receive(first, a, "B", pos + 1)
+            self.receive(gather or first, a, "B", pos + 1)
         if pos > 0:
             self.send(last, a, "B", pos - 1)
         else:

@@ -107,6 +107,10 @@ class ParallelSpec:
     schedule: str = "1f1b"
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = False
+    # pipeline messages split over the tp group and all-gathered by the receiver (tp > 1 without
+    # sequence parallelism): Megatron-LM's scatter_gather_tensors_in_pipeline, DeepSpeed's
+    # PipelineEngine pipe_partitioned / grad_partitioned
+    pp_scatter_gather: bool = True
     bucket_size_params: int = 40_000_000
     layers_per_stage: Optional[object] = None   # a tuple of counts, or "balanced" (by device speed)
     first_stage_layers: Optional[int] = None

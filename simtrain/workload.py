@@ -142,6 +142,7 @@ class StageWork:
     act_working_bytes: float      # transient peak while one layer's backward runs
     expert_params: float = 0.0    # the part of `params` that is expert weights
     send_bytes: float = 0.0       # activation (and gradient) bytes exchanged with a neighbour stage per microbatch
+    recv_gather_bytes: float = 0.0   # bytes the receiver all-gathers over tp after a split pipeline message (0: not split)
 
     @property
     def num_layers(self) -> int:
@@ -846,6 +847,11 @@ def build_workload(sc: Scenario, num_stages: int | None = None, ep_rank: int = 0
     first_lm = enc_k
     tokens_lm = bld.T
     lm_msg = ACT_BYTES * tokens_lm * bld.h / (bld.tp if bld.sp else 1)
+    # without sequence parallelism every tp rank holds the whole boundary activation; with
+    # scatter-gather each sends its 1/tp slice and the receiver all-gathers the slices over tp
+    # (Megatron-LM p2p_communication, scatter_gather_tensors_in_pipeline, default on; DeepSpeed
+    # PipelineEngine partitions pipeline activations and gradients over the model-parallel group)
+    split = sc.parallel.pp_scatter_gather and bld.tp > 1 and not bld.sp
     out = []
     pos = 0
     for s, n in enumerate(counts):
@@ -896,13 +902,16 @@ def build_workload(sc: Scenario, num_stages: int | None = None, ep_rank: int = 0
             send = ACT_BYTES * ebld.b * ebld.s * (bld.h if s == enc_k - 1 else ebld.h)
         else:
             send = lm_msg
+        gather = send if split else 0.0
+        if split:
+            send /= bld.tp
         out.append(StageWork(
             stage=s, layers=tuple(layers),
             pre=bld.embedding() if s == first_lm else None, post=bld.head() if s == S - 1 else None,
             params=params, layer_dense=tuple(dense), layer_expert=tuple(expert), act_layers=tuple(acts),
             act_bytes_pre=bld.act_pre() if s == first_lm else 0.0,
             act_bytes_post=bld.act_post() if s == S - 1 else 0.0,
-            act_working_bytes=working, expert_params=sum(expert), send_bytes=send,
+            act_working_bytes=working, expert_params=sum(expert), send_bytes=send, recv_gather_bytes=gather,
         ))
     return tuple(out)
 

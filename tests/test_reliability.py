@@ -428,11 +428,13 @@ def test_fault_inside_a_step_cuts_in_flight_work_and_peers_wait_for_the_watchdog
     assert all(f.start[o.id] is None or f.start[o.id] <= t for o in run.ops if o.cls == c0.id)
     assert all(f.end[o.id] == pytest.approx(tl.end[o.id]) for o in run.ops if tl.end[o.id] < t)
     # stage 1 blocks on a send of stage 0 that never comes; the watchdog fires 600 s after the
-    # first such wait began: abort = min(wait start) + 600, within one step of the fault + 600
+    # first such wait began: abort = min(wait start) + 600. A wait can begin before the fault
+    # (stage 1's tp gather of the split activation waits for the message stage 0 was still
+    # computing), so the abort lies within one step either side of the fault + 600
     peers = [b for b in f.blocked if b[5] and b[0] != c0.id]
     assert peers and all("class %d" % c0.id in b[4] or b[4] == "peers at the collective" for b in peers)
     assert f.abort_s == pytest.approx(min(b[3] for b in peers) + 600.0)
-    assert t + 600.0 <= f.abort_s <= t + 600.0 + tl.step_time
+    assert t + 600.0 - tl.step_time <= f.abort_s <= t + 600.0 + tl.step_time
     ev = trace(run, f)["traceEvents"]
     assert any(e.get("name", "").endswith("(interrupted)") for e in ev)
     assert any(e.get("cat") == "fault" and e["ts"] + e["dur"] == pytest.approx(f.abort_s * 1e6, abs=1) for e in ev)
