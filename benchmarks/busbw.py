@@ -103,7 +103,7 @@ def predict(e: dict, tname: str, flow: bool = True, collectives: dict | None = N
         if size < MIN_SIZE:
             continue
         pick = choose(e["collective"], size, shape, topo)
-        bw_f = busbw(e, size, net.best(e["collective"], size, [group], "ring")[0].seconds) if flow else None
+        bw_f = busbw(e, size, net.select(e["collective"], size, [group])[0].seconds) if flow else None
         rows.append(Row(size, r["busbw_GBps"], busbw(e, size, pick.seconds), bw_f, f"{pick.algorithm}/{pick.protocol}"))
     return rows
 
@@ -178,10 +178,10 @@ def main() -> int:
                   f"{r.flow:8.1f} {100 * r.err_f:+6.1f}%{mark(r.err_f)}  {r.choice}")
         sa, sf = summary([r.err_a for r in rows]), summary([r.err_f for r in rows])
         print(f"  analytical: {sa[0]} of {sa[1]} sizes within 15 %, mean |error| {100 * sa[2]:.1f} %;  "
-              f"flow (ring): {sf[0]} of {sf[1]}, {100 * sf[2]:.1f} %   (* outside 15 %)")
+              f"flow: {sf[0]} of {sf[1]}, {100 * sf[2]:.1f} %   (* outside 15 %)")
         table.append((e["id"], tname, sa, sf))
     print(f"\nsummary, sizes from 1 MiB up within 15 % of the measured busbw (criterion of issue 4):")
-    print(f"  {'sweep':34s} {'topology':12s} {'analytical':>12s} {'mean':>7s} {'flow (ring)':>12s} {'mean':>7s}")
+    print(f"  {'sweep':34s} {'topology':12s} {'analytical':>12s} {'mean':>7s} {'flow':>12s} {'mean':>7s}")
     for i, t, sa, sf in table:
         print(f"  {i:34s} {t:12s} {sa[0]:>5d} of {sa[1]:<3d} {100 * sa[2]:6.1f}% {sf[0]:>5d} of {sf[1]:<3d} {100 * sf[2]:6.1f}%")
     calibrated()

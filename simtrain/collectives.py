@@ -251,8 +251,17 @@ def _tree(coll, n, g, topo):
     # the chain inside the node moves 2n per rank; across the network each node moves n on two
     # nodes and 2n on more (module docstring), over its k NIC shares
     net = _tree_net_bytes(n, N) / (k * _net(topo, g.leaves, g))
-    intra = 2 * n / _up(topo, g) if k > 1 else 0.0
-    return 2 * (k - 1), 2 * math.ceil(math.log2(N)), max(intra, net)
+    return 2 * (k - 1), 2 * math.ceil(math.log2(N)), max(tree_intra_seconds("tree", n, g, topo), net)
+
+
+def tree_intra_seconds(algorithm: str, n: float, g: GroupShape, topo: Topology) -> float:
+    """The part of a tree or NVLSTree all-reduce inside each node (the flow backend times the
+    network part as flows and takes the larger of the two, as the closed form does): the
+    chain's 2n per rank over the scale-up link, or the NVLS chunk pipeline."""
+    if algorithm == "nvls_tree":
+        eff = _params(topo).get("nvls_efficiency")
+        return _nvls_transfer(n, g.per_node, g.nodes, topo._link_by_class("scale_up").bw * eff, topo)
+    return 2 * n / _up(topo, g) if g.per_node > 1 else 0.0
 
 
 def _tree_net_bytes(n: float, nodes: int) -> float:
@@ -310,11 +319,10 @@ def _nvls(coll, n, g, topo):
 @register("nvls_tree", "nvls_tree", ("all_reduce",), "NVLS inside nodes, tree across nodes (NCCL NVLSTree)")
 def _nvls_tree(coll, n, g, topo):
     eff = _params(topo).get("nvls_efficiency")
-    if not eff or not g.spans_nodes or not g.uniform:
-        return None
-    intra = _nvls_transfer(n, g.per_node, g.nodes, topo._link_by_class("scale_up").bw * eff, topo)
+    if not eff or not g.spans_nodes or not g.uniform or g.per_node < 2:
+        return None          # one member per node: nothing for the switch to reduce
     inter = _tree_net_bytes(n, g.nodes) / (g.per_node * _net(topo, g.leaves, g))
-    return 1, 2 * math.ceil(math.log2(g.nodes)), max(intra, inter)
+    return 1, 2 * math.ceil(math.log2(g.nodes)), max(tree_intra_seconds("nvls_tree", n, g, topo), inter)
 
 
 @register("pairwise", "ring", ("all_to_all",), "pairwise-exchange all-to-all", tuned=False)

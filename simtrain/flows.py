@@ -144,6 +144,40 @@ def direct_all_to_all_phases(coll: str, p: int, n: float) -> list:
 
 # which phase builders serve which collective in the flow backend, the first being what `auto`
 # uses (tree and NVLS have no phases: the flow backend times the algorithms it lays out as flows)
+def double_binary_tree_edges(nodes: int) -> list:
+    """(parent, child) node-index pairs of both trees of a double binary tree over `nodes` nodes
+    (Sanders, Speck & Traeff 2009; the layout NCCL documents for its trees). Tree one: node r > 0
+    with lowest set bit b hangs under (r xor b) | 2b, or r xor b where that is past the end; node 0
+    is the root. Tree two mirrors tree one (r -> N-1-r) on an even count and shifts it by one on
+    an odd count, so that a node inner in one tree is a leaf in the other. Worked example (4
+    nodes): tree one 0 <- 2 <- {1, 3}, tree two 3 <- 1 <- {2, 0}."""
+    def parent(r):
+        b = r & -r
+        up = (r ^ b) | (b << 1)
+        return up if up < nodes else r ^ b
+    one = [(parent(r), r) for r in range(1, nodes)]
+    other = (lambda r: nodes - 1 - r) if nodes % 2 == 0 else (lambda r: (r + 1) % nodes)
+    return one + [(other(p), other(c)) for p, c in one]
+
+
+def tree_network_transfers(group_nodes: list, n: float) -> list:
+    """(source device, destination device, bytes) of a tree all-reduce's network part: each tree
+    carries half the buffer, up every edge (the reduction) and down it (the broadcast); a hop
+    between two nodes is striped member j to member j over the k members of each node (NCCL's
+    channels leave through different GPUs and their NICs). On two nodes each node sends n; on
+    more, an inner node sends 2n."""
+    pair: dict = {}
+    for p, c in double_binary_tree_edges(len(group_nodes)):
+        for a, b in ((c, p), (p, c)):
+            pair[(a, b)] = pair.get((a, b), 0.0) + n / 2
+    out = []
+    for (a, b), nb in sorted(pair.items()):
+        on_a, on_b = group_nodes[a], group_nodes[b]
+        k = min(len(on_a), len(on_b))
+        out += [(on_a[j], on_b[j], nb / k) for j in range(k)]
+    return out
+
+
 FLOW_ALGORITHMS = {
     "all_reduce": ("ring", "halving_doubling", "hierarchical"),
     "reduce_scatter": ("ring", "halving_doubling", "hierarchical"),
@@ -282,6 +316,92 @@ class FlowNetwork:
                 key=lambda c: c.seconds)
         return c, moved, sat
 
+    def select(self, coll: str, n: float, groups: list, named: str = "auto", protocol: str = "auto") -> tuple:
+        """(Cost, bytes per link, saturated seconds per link) of a collective as the flow backend
+        runs it: NVLS inside a node where it applies (`_nvls`); else the named algorithm if it has
+        phases, else (and for `auto`) the first of FLOW_ALGORITHMS: ring, or direct for
+        all-to-all (the tree and NVLS across nodes have no flow form); the fastest protocol
+        (flows are timed once; protocols rescale them)."""
+        nvls = self._nvls(coll, n, groups, named, protocol)
+        if nvls is not None:
+            return nvls
+        tree = self._tree(coll, n, groups, named, protocol)
+        if tree is not None:
+            return tree
+        ring = FLOW_ALGORITHMS[coll][0]
+        protos = PROTOCOLS if protocol == "auto" else (protocol,)
+        try:
+            return self.best(coll, n, groups, named if named in FLOW_ALGORITHMS[coll] else ring, protos)
+        except ValueError:      # the named algorithm does not fit this group: the ring does
+            return self.best(coll, n, groups, ring, protos)
+
+    def _nvls(self, coll: str, n: float, groups: list, named: str, protocol: str):
+        """NVLS in flow form, for groups inside one node where the closed form picks it (`auto`)
+        or the scenario names it: every member sends its buffer up to the scale-up switches once
+        and receives the result once (n each way on its switch links, split over the switches it
+        reaches), timed as the closed form times it. Those links are not shared with other
+        kinds of op (the engine shares only scale-out links), so nothing changes its time; the
+        report shows the bytes. None where NVLS does not apply."""
+        from simtrain.collectives import choose
+        from simtrain.parallel import group_shape
+        if coll != "all_reduce" or named not in ("auto", "nvls"):
+            return None
+        topo = self.topo
+        g = group_shape(groups[0], topo)
+        if g.spans_nodes:
+            return None
+        c = choose(coll, n, g, topo, named, protocol)
+        if c.algorithm != "nvls":
+            return None
+        moved: dict = {}
+        for grp in groups:
+            for dev in grp:
+                d = topo.device_id(dev)
+                sws = sorted(v for v in self.g.neighbors(d) if self.g.nodes[v].get("kind") == "scale_up_switch")
+                for sw in sws:
+                    for e in ((d, sw), (sw, d)):
+                        moved[e] = moved.get(e, 0.0) + n / len(sws)
+        return c, moved, {}
+
+    def _tree(self, coll: str, n: float, groups: list, named: str, protocol: str):
+        """The tree and NVLSTree in flow form, where the closed form picks one (`auto`) or the
+        scenario names it: the network part as the flows of both trees of every group at once
+        (`tree_network_transfers`) routed over the fabric, lasting as long as the most loaded
+        link needs for its bytes; the part inside each node as the closed form times it; the
+        larger of the two (as the closed form), then the protocol terms. Nothing contending, it
+        equals the closed form; an oversubscribed core or a shared NIC stretches it. None where
+        no tree applies."""
+        from simtrain.collectives import LATENCY_US, choose, tree_intra_seconds
+        from simtrain.parallel import group_shape
+        if coll != "all_reduce" or named not in ("auto", "tree", "nvls_tree"):
+            return None
+        topo = self.topo
+        g = group_shape(groups[0], topo)
+        if not g.spans_nodes or not g.uniform:
+            return None
+        algorithm = choose(coll, n, g, topo, named, protocol).algorithm
+        if algorithm not in ("tree", "nvls_tree"):
+            return None
+        ts = []
+        for grp in groups:
+            by_node: dict = {}
+            for d in grp:
+                by_node.setdefault(topo.node_of(d), []).append(d)
+            ts += [Transfer(a, b, nb) for a, b, nb in tree_network_transfers(list(by_node.values()), n)]
+        # the trees are pipelined: every edge carries its bytes through the whole collective at a
+        # steady rate, so the network part lasts as long as its most loaded link needs (the
+        # concurrent-flow time), not the makespan of the flows started at once
+        _, moved, _, _ = self.phase(ts)
+        load = {e: x / self.cap[e] for e, x in moved.items()}
+        dur = max(load.values(), default=0.0)
+        sat = {e: dur for e, t in load.items() if t >= dur * (1 - 1e-12)}
+        data = max(tree_intra_seconds(algorithm, n, g, topo), dur)
+        up, net = steps(coll, n, g, topo, algorithm)
+        protos = [p for p in (PROTOCOLS if protocol == "auto" else (protocol,)) if p in LATENCY_US[algorithm]]
+        c = min((with_protocol(algorithm, algorithm, coll, pr, up, net, data, topo) for pr in protos),
+                key=lambda c: c.seconds)
+        return c, moved, sat
+
     def latency_steps(self, coll: str, n: float, group: list, algorithm: str, phases: tuple) -> tuple:
         """The latency steps of the closed form (NCCL's pipelined count: a ring over N nodes pays
         2(N-1) network steps, not one per phase), so that both backends charge the same latency;
@@ -410,21 +530,13 @@ class StepFlows:
         return key, hit[0], self.load(key, 1.0)
 
     def duration(self, coll: str, n: float, kind: str, stage: int) -> tuple:
-        """(key, seconds) of one collective: the named algorithm if it has phases (else, and for
-        `auto`, the first of FLOW_ALGORITHMS: ring, or direct for all-to-all; tree and NVLS have
-        no flow form), with the fastest protocol (flows are timed once; protocols rescale them)."""
+        """(key, seconds) of one collective run by every group of its kind in the stage at once
+        (`FlowNetwork.select`)."""
         key = (coll, n, kind, stage)
         hit = self.stats.get(key)
         if hit is None:
-            groups = self.groups[(kind, stage)]
-            named = self.algo(coll)
-            ring = FLOW_ALGORITHMS[coll][0]
-            protos = PROTOCOLS if self.protocol == "auto" else (self.protocol,)
-            try:
-                best = self.net.best(coll, n, groups, named if named in FLOW_ALGORITHMS[coll] else ring, protos)
-            except ValueError:      # the named algorithm does not fit this group: the ring does
-                best = self.net.best(coll, n, groups, ring, protos)
-            hit = self.stats[key] = (best[0].seconds, best[1], best[2], best[0])
+            c, moved, sat = self.net.select(coll, n, self.groups[(kind, stage)], self.algo(coll), self.protocol)
+            hit = self.stats[key] = (c.seconds, moved, sat, c)
         return key, hit[0]
 
     def _runs(self, ops: list) -> tuple:

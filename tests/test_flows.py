@@ -251,3 +251,95 @@ def test_all_to_all_phases_match_their_closed_forms(tmp_path):
     g = [list(range(8))]
     assert net.collective_time("all_to_all", n, g, "pairwise") == pytest.approx(simple(p - 1, 0) + (p - 1) * n / p / B, rel=1e-12)
     assert net.collective_time("all_to_all", n, g, "direct") == pytest.approx(simple(1, 0) + (p - 1) * n / p / B, rel=1e-12)
+
+
+def test_double_binary_tree_layout_by_hand():
+    """Four nodes: tree one 0 <- 2 <- {1, 3}, tree two its mirror 3 <- 1 <- {2, 0}; every node is a
+    leaf in one tree. Each tree edge carries n/2 up and n/2 down, so an inner node (a parent, two
+    children) sends 1.5n in its inner tree and 0.5n in the other: 2n in all; on two nodes the
+    two trees are one edge each way, n per node."""
+    from simtrain.flows import double_binary_tree_edges, tree_network_transfers
+    assert sorted(double_binary_tree_edges(4)) == sorted([(2, 1), (2, 3), (0, 2), (1, 2), (1, 0), (3, 1)])
+    assert double_binary_tree_edges(2) == [(0, 1), (1, 0)]
+    for nodes, per_node in ((2, 1.0), (4, 2.0), (8, 2.0)):
+        sent: dict = {}
+        got: dict = {}
+        for a, b, nb in tree_network_transfers([[10 * i] for i in range(nodes)], 1.0):
+            sent[a] = sent.get(a, 0.0) + nb
+            got[b] = got.get(b, 0.0) + nb
+        assert max(sent.values()) == pytest.approx(per_node) and max(got.values()) == pytest.approx(per_node)
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 8])
+def test_tree_flows_match_the_closed_form_when_nothing_contends(tmp_path, nodes):
+    """A tree all-reduce of one device per node under one leaf, every protocol: the flows of both
+    trees limited by each NIC (10 GB/s) give exactly the closed form's n (two nodes) or 2n (more)
+    per node over its NIC, plus the same latency terms."""
+    from simtrain.collectives import collective_time
+    from simtrain.parallel import group_shape
+    net = FlowNetwork(load_topology(write(tmp_path / "t.yaml", IDEAL.replace("OVER", "1").replace("nodes_per_leaf: 4", "nodes_per_leaf: 8")), nodes))
+    group = [8 * i for i in range(nodes)]
+    for proto in ("LL", "LL128", "Simple"):
+        flow = net.select("all_reduce", 1e8, [group], "tree", proto)[0]
+        closed = collective_time("all_reduce", 1e8, group_shape(group, net.topo), net.topo, "tree", proto)
+        assert flow.algorithm == "tree" and flow.seconds == pytest.approx(closed, rel=1e-12)
+    per_node = 1e8 if nodes == 2 else 2e8
+    tree_simple = (8.4 + 14.0 * 2 * math.ceil(math.log2(nodes))) * US + per_node / 10e9 / 0.92
+    assert net.select("all_reduce", 1e8, [group], "tree", "Simple")[0].seconds == pytest.approx(tree_simple, rel=1e-12)
+
+
+def test_tree_flows_slow_down_on_an_oversubscribed_spine(tmp_path):
+    """Eight nodes with one 50 GB/s NIC each, 4 per leaf, one spine; the eight tp-8 dp groups (one
+    GPU of every node each) run a tree all-reduce at once, nodes in the order 0,4,1,5,2,6,3,7 so
+    that tree positions alternate leaves. Each node sends 2n per group: 16n on its NIC, 32 ms
+    for n = 100 MB. Four edges of each tree join the two leaves (positions 2-1, 2-3, 6-5, 6-7 and
+    their mirrors), each carrying n/2 each way: 4n per group, 32n in all on each leaf uplink.
+    At 1:1 that uplink has 200 GB/s (16 ms) and the NICs limit; at 4:1 it has 50 GB/s, 64 ms,
+    twice the NIC time. Simple tree: 8.4 us + 6 network steps x 14 us, bandwidth share 0.92."""
+    n = 1e8
+    order = [0, 4, 1, 5, 2, 6, 3, 7]
+    groups = [[node * 8 + j for node in order] for j in range(8)]
+    t = {}
+    for over in (1, 4):
+        net = FlowNetwork(load_topology(write(tmp_path / f"o{over}.yaml", ONE_SPINE.replace("OVER", str(over))), 8))
+        t[over] = net.select("all_reduce", n, groups, "tree", "Simple")[0].seconds
+    lat = (8.4 + 14.0 * 2 * 3) * US
+    assert t[1] == pytest.approx(lat + 16 * n / 50e9 / 0.92, rel=1e-9)
+    assert t[4] == pytest.approx(lat + 32 * n / 50e9 / 0.92, rel=1e-9)
+
+
+def test_nvls_in_one_node_is_the_closed_form_in_both_backends():
+    """On a fabric with NVLink SHARP (dgx-h100) `auto` picks NVLS for a one-node all-reduce; the
+    flow backend runs it too (in-switch reduction moves n up and n down each device link) rather
+    than a ring, so both backends agree."""
+    from simtrain.collectives import choose
+    from simtrain.parallel import group_shape
+    from simtrain.topology import find_topology_file
+    topo = load_topology(find_topology_file("dgx-h100", None), 1)
+    net = FlowNetwork(topo)
+    group = list(range(8))
+    c, moved, _ = net.select("all_reduce", 256 * 2 ** 20, [group])
+    closed = choose("all_reduce", 256 * 2 ** 20, group_shape(group, topo), topo)
+    assert c.algorithm == closed.algorithm == "nvls" and c.seconds == closed.seconds
+    dev0 = topo.device_id(0)
+    assert sum(x for (a, b), x in moved.items() if a == dev0) == pytest.approx(256 * 2 ** 20)
+
+
+def test_whole_step_on_an_nvls_fabric_agrees_across_backends(tmp_path):
+    """tp 8 all-reduces inside each DGX H100 node (NVLS) and dp 2 gradient all-reduces across two
+    nodes (a tree or NVLSTree where the closed form picks one): nothing contends, so the flow
+    backend's step equals the closed form's."""
+    from conftest import small_scenario
+    from simtrain.loading import load_scenario
+    from simtrain.simulate import simulate
+    from simtrain.topology import find_topology_file
+    path = small_scenario(tmp_path, find_topology_file("dgx-h100", None), parallel={"tp": 8, "pp": 1, "dp": 2},
+                          nodes=2, model={"architecture": "gpt", "num_layers": 4, "hidden_size": 4096,
+                                          "num_attention_heads": 32, "vocab_size": 32000, "seq_length": 2048})
+    res = {}
+    for b in ("analytical", "flow"):
+        sc, t = load_scenario(path, [f"network.backend={b}"])
+        res[b] = simulate(sc, t).result
+    algos = {c["algorithm"] for c in res["analytical"]["collectives"]}
+    assert "nvls" in algos
+    assert res["flow"]["step_time_s"] == pytest.approx(res["analytical"]["step_time_s"], rel=1e-12)
