@@ -21,6 +21,8 @@ neighbours until stable), so anything that makes ranks differ splits exactly the
 """
 from __future__ import annotations
 
+import math
+
 from collections import Counter
 from dataclasses import dataclass
 
@@ -105,6 +107,14 @@ class RankGrid:
               "etp": ("stage", "ep_rank", "edp_rank"), "ep": ("stage", "etp_rank", "edp_rank"),
               "edp": ("stage", "etp_rank", "ep_rank")}
 
+    # rank = tp_rank + tp (cp_rank + cp (dp_rank + dp stage)), and inside a stage
+    # w = etp_rank + etp (ep_rank + ep edp_rank): (dims slowest first, the axes that put a group's
+    # free coordinates last, in rank order)
+    _LAYOUT = {"tp": (("pp", "dp", "cp", "tp"), (0, 1, 2, 3)), "cp": (("pp", "dp", "cp", "tp"), (0, 1, 3, 2)),
+               "dp": (("pp", "dp", "cp", "tp"), (0, 3, 1, 2)), "pp": (("pp", "dp", "cp", "tp"), (1, 2, 3, 0)),
+               "etp": (("pp", "edp", "ep", "etp"), (0, 1, 2, 3)), "ep": (("pp", "edp", "ep", "etp"), (0, 1, 3, 2)),
+               "edp": (("pp", "edp", "ep", "etp"), (0, 2, 3, 1))}
+
     def groups(self, kind: str) -> list[tuple]:
         """All groups of one kind, each a tuple of ranks in rank order, ordered by first member.
         `dp` is the gradient-reduction group: data- and context-parallel ranks together."""
@@ -140,13 +150,23 @@ class RankGrid:
         first member, as `groups`), index[r] the group of rank r. Every group of a kind has the
         same size, so members is a 2-D array."""
         import numpy as np
+        size = self.size(kind)
+        layout = self._LAYOUT.get(kind)
+        if layout is not None:
+            # ranks as an array over the coordinates (slowest first); a kind's groups are one
+            # transpose and reshape of it, already in rank order and ordered by first member
+            dims, axes = layout
+            shape = tuple(getattr(self, d) for d in dims)
+            members = np.arange(self.world, dtype=np.int64).reshape(shape).transpose(axes).reshape(-1, size)
+            index = np.empty(self.world, dtype=np.int64)
+            index[members.ravel()] = np.repeat(np.arange(members.shape[0]), size)
+            return members, index
         co = co or self.coord_arrays()
         fixed = self._FIXED[kind]
         key = np.zeros(self.world, dtype=np.int64)
         for k in fixed:
             key = key * (int(co[k].max()) + 1) + co[k]
         order = np.lexsort((co["rank"], key))
-        size = self.size(kind)
         members = co["rank"][order].reshape(-1, size)
         members = members[np.argsort(members[:, 0], kind="stable")]
         index = np.empty(self.world, dtype=np.int64)
@@ -331,7 +351,7 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
     kinds = grid.kinds(experts)
     ga = {k: grid.group_arrays(k, co) for k in kinds}
     node = place // topo.devices_per_node
-    leaf = np.asarray(topo.fabric.leaf_array(), dtype=np.int64)[place]
+    leaf = topo.fabric.leaves_of(place)
     shape_objs: list = []
     shape_ids: dict = {}
     gshape = {}
@@ -364,16 +384,27 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
             table = np.asarray([link_ids.setdefault(n, len(link_ids)) for n in names], dtype=np.int64)
             out[has] = table[codes]
         return out
-    lp, ln, lw, lm = links(prev), links(nxt), links(wrap), links(mir)
+    ln = links(nxt)
+    if getattr(topo.fabric, "symmetric_links", False):
+        # a link's class is the same both ways: rank r's link to its previous stage is that
+        # rank's link to its next one
+        lp = np.where(prev >= 0, ln[np.maximum(prev, 0)], -1)
+    else:
+        lp = links(prev)
+    lw, lm = links(wrap), links(mir)
     link_names = {v: k for k, v in link_ids.items()}
     ep_key = co["ep_rank"] if ep_split else np.zeros(world, dtype=np.int64)
     extra = np.asarray(rank_key, dtype=np.int64) if rank_key is not None else np.zeros(world, dtype=np.int64)
     if every_rank:
         extra = co["rank"]
     cols = [co["stage"], ep_key, extra] + [gshape[k][ga[k][1]] for k in kinds] + [lp, ln, lw, lm]
-    cls = _dense_ids(np.stack(cols, axis=1))
+    cls = _dense_ids(cols)
     n = int(cls.max()) + 1
-    while True:
+    # one class per stage is already stable: every group but the pipeline's lies inside a stage
+    # and every neighbour sits at a fixed stage, so a refinement round would give each rank of a
+    # stage the same signature again (the symmetric case at any scale; skips its sorts)
+    stable = n == P and not every_rank
+    while not stable:
         cols = [cls]
         for k in kinds:
             members, index = ga[k]
@@ -381,7 +412,7 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
             cols.append(gsig[index])
         for other in (prev, nxt, wrap, mir):
             cols.append(np.where(other >= 0, cls[np.maximum(other, 0)], -1))
-        new = _dense_ids(np.stack(cols, axis=1))
+        new = _dense_ids(cols)
         m = int(new.max()) + 1
         cls = new
         if m == n:
@@ -413,17 +444,22 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
 
 
 def _dense_ids(rows):
-    """Row -> id, numbered by first appearance (deterministic, as `_ids`)."""
+    """Row -> id, numbered by first appearance (deterministic, as `_ids`). `rows` is a 2-D array
+    (one row per item) or a list of equally long 1-D columns (contiguous, so faster)."""
     import numpy as np
-    rows = np.asarray(rows, dtype=np.int64)
-    lo = rows.min(axis=0)
-    span = rows.max(axis=0) - lo + 1
-    bits = float(np.log2(span.astype(float)).sum())
+    if isinstance(rows, (list, tuple)):
+        cols = [np.asarray(c, dtype=np.int64) for c in rows]
+    else:
+        rows = np.asarray(rows, dtype=np.int64)
+        cols = [rows[:, j] for j in range(rows.shape[1])]
+    lo = [int(c.min()) for c in cols]
+    span = [int(c.max()) - l + 1 for c, l in zip(cols, lo)]
+    bits = float(sum(math.log2(x) for x in span))
     if bits < 62:
         # mixed-radix key per row: one 1-D unique instead of a row-wise one
-        key = np.zeros(len(rows), dtype=np.int64)
-        for j in range(rows.shape[1]):
-            key = key * int(span[j]) + (rows[:, j] - lo[j])
+        key = np.zeros(len(cols[0]), dtype=np.int64)
+        for c, l, sp in zip(cols, lo, span):
+            key = key * sp + (c - l)
         if bits < 24:
             # small key range: rank the keys with a presence table instead of sorting them
             present = np.zeros(int(np.prod(span)), dtype=bool)
@@ -435,7 +471,7 @@ def _dense_ids(rows):
         else:
             _, first, inv = np.unique(key, return_index=True, return_inverse=True)
     else:
-        _, first, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        _, first, inv = np.unique(np.stack(cols, axis=1), axis=0, return_index=True, return_inverse=True)
     inv = inv.reshape(-1)
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))
@@ -469,7 +505,11 @@ def _group_shapes(members, place, node, leaf, topo, objs: list, ids: dict):
     if local.any():
         # every fabric: a group inside one single-host domain spans its scale-up fabric, so its
         # shape follows from the counts alone; one GroupShape per distinct row of counts
-        uniq, inv = np.unique(keys[local], axis=0, return_inverse=True)
+        sub = keys[local]
+        inv = _dense_ids(sub)                      # row -> id by first appearance (no row sort)
+        first = np.full(int(inv.max()) + 1, len(inv), dtype=np.int64)
+        np.minimum.at(first, inv, np.arange(len(inv), dtype=np.int64))
+        uniq = sub[first]
         sid = []
         for k in uniq:
             shape = GroupShape(size, int(k[0]), int(k[1]), int(k[1]) == int(k[2]), int(k[3]), int(k[2]), "scale_up")

@@ -149,3 +149,28 @@ def test_span_from_leaves_matches_span_class(name):
         devs = rng.choice(topo.num_devices, size=int(rng.integers(2, 40)), replace=False)
         nodes = len(set((devs // topo.devices_per_node).tolist()))
         assert fab.span_of_leaves(nodes, np.unique(leaf[devs])) == fab.span_class(devs.tolist())
+
+
+@pytest.mark.parametrize("dims", [(2, 1, 3, 2, 1, 1), (2, 2, 2, 3, 2, 1), (4, 1, 4, 2, 2, 2), (1, 2, 6, 2, 3, 1), (2, 1, 4, 1, 4, 2)])
+def test_group_arrays_from_the_rank_layout_match_the_groups(dims):
+    """The transposed-layout groups (tp, cp, dp, pp and the expert grid) against the per-rank
+    definition of `RankGrid.groups`: the same members in the same order, and each rank's index."""
+    from simtrain.parallel import RankGrid
+    grid = RankGrid(*dims)
+    for k in ("tp", "cp", "dp", "pp", "etp", "ep", "edp"):
+        members, index = grid.group_arrays(k)
+        ref = grid.groups(k)
+        assert [tuple(m) for m in members.tolist()] == ref, k
+        assert all(index[r] == g for g, grp in enumerate(ref) for r in grp), k
+
+
+@pytest.mark.parametrize("name", FAT_TREES)
+def test_link_classes_are_symmetric_where_the_fabric_says_so(name):
+    """The grouping reuses a rank's link to its next stage as the next rank's link back when the
+    fabric declares `symmetric_links`; check the claim on random pairs."""
+    topo = load_topology(find_topology_file(name, None), nodes=64)
+    fab = topo.fabric
+    rng = np.random.default_rng(1)
+    a, b = rng.integers(0, topo.num_devices, 3000), rng.integers(0, topo.num_devices, 3000)
+    same = fab.link_class_names(a, b) == fab.link_class_names(b, a)
+    assert same or not getattr(fab, "symmetric_links", False)

@@ -190,6 +190,11 @@ class Fabric(ABC):
         """leaf_of of every device (builders with closed-form indices override it with numpy)."""
         return [self.leaf_of(d) for d in range(self.t.num_devices)]
 
+    def leaves_of(self, devices):
+        """leaf_of of a numpy array of devices, as a numpy array."""
+        import numpy as np
+        return np.asarray(self.leaf_array(), dtype=np.int64)[devices]
+
     def link_class_names(self, a, b) -> list:
         """link_class_name of every pair (a[i], b[i]) (arrays of device indices)."""
         return [self.link_class_name(int(x), int(y)) for x, y in zip(a, b)]

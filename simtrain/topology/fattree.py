@@ -437,7 +437,7 @@ class FatTree(Fabric):
             return pre + "spine"
         return pre + "core"
 
-    def _leaf_np(self, d):
+    def leaves_of(self, d):
         """`leaf_of` of a numpy array of devices (same formula)."""
         s = self.s
         node, k = d // self.dpn, (d % self.dpn) // self.dpnic
@@ -446,9 +446,16 @@ class FatTree(Fabric):
 
     def leaf_array(self) -> list:
         import numpy as np
-        return self._leaf_np(np.arange(self.t.num_devices, dtype=np.int64)).tolist()
+        return self.leaves_of(np.arange(self.t.num_devices, dtype=np.int64)).tolist()
 
     _CODES = ("self", "scale_up", "domain", "leaf", "spine", "core", "pxn_leaf", "pxn_spine", "pxn_core")
+
+    @property
+    def symmetric_links(self) -> bool:
+        """link_class_name(a, b) == link_class_name(b, a) for every pair: true on one plane (node,
+        domain, leaf and pod equality are symmetric); across planes the PXN proxy hop is taken on
+        the sender's side, so not assumed."""
+        return self.s.planes == 1
 
     def link_class_codes(self, a, b) -> tuple:
         """`link_class_name` over arrays of device pairs as codes into `_CODES` (numpy)."""
@@ -471,7 +478,7 @@ class FatTree(Fabric):
                 pxn = (ka % s.planes) != (kb % s.planes)
                 local = ar % self.dpn
                 ar = np.where(pxn, (ar - local) + kb * self.dpnic + local % self.dpnic, ar)
-            la, lb = self._leaf_np(ar), self._leaf_np(br)
+            la, lb = self.leaves_of(ar), self.leaves_of(br)
             pod = lambda x: ((x % self.lpp) // self.lu) // self.upp
             base = np.where(la == lb, 3, np.where(pod(la) == pod(lb), 4, 5))
             out[rest] = base + 3 * pxn
@@ -498,7 +505,7 @@ class FatTree(Fabric):
             if self.s.domain_topology is not None and len(np.unique(devices // self.dph)) > 1:
                 return "domain"
             return "scale_up"
-        leaves = {int(x) for x in np.unique(self._leaf_np(devices))}
+        leaves = {int(x) for x in np.unique(self.leaves_of(devices))}
         if len(leaves) <= 1:
             return "leaf"
         return "core" if len({self.pod_of_leaf(x) for x in leaves}) > 1 else "spine"
