@@ -414,8 +414,10 @@ class _ClassLowering:
         ops, cid = self.low.ops, self.c.id
         prev = next((o.id for o in reversed(ops) if o.cls == cid and o.stream == "compute"), None)
         name = f"pp_gather_{'act' if kind == 'F' else 'grad'}{a.microbatch}"
-        return self.low.comm_op(self.c, Comm("tp", "all_gather", n, name), [] if prev is None else [prev],
-                                a.microbatch, self.next_seq("tp"), chunk=a.chunk)
+        op = self.low.comm_op(self.c, Comm("tp", "all_gather", n, name), [] if prev is None else [prev],
+                              a.microbatch, self.next_seq("tp"), chunk=a.chunk)
+        op.category = "pp"          # pipeline communication in the breakdown, on the tp stream
+        return op
 
     def receive(self, first_op: EOp, a: Action, kind: str, pos: int) -> None:
         """Makes the action's first compute op wait for the input produced at route position pos."""

@@ -68,3 +68,17 @@ def test_split_messages_change_the_step_by_hand(tmp_path, two_nodes):
     b_up, b_net = up.bw * up.efficiency, net.bw * net.efficiency
     assert on - off == pytest.approx(n / b_up - n / b_net, rel=1e-9)
     assert on < off
+
+
+def test_the_gather_counts_as_pipeline_communication(tmp_path, two_nodes):
+    """The receiver's all-gather runs on the tp stream but exists because of the pipeline: the
+    breakdown files it under pp, so the exposed tp time (the layers' own all-reduces) is the same
+    as without the split."""
+    sc, t = scenario(tmp_path, two_nodes)
+    run = simulate(sc, t, FlopCost())
+    gathers = [o for o in run.ops if o.label.startswith("all_gather:pp_gather")]
+    assert gathers and all(o.category == "pp" and o.stream == "tp" for o in gathers)
+    sc, t = scenario(tmp_path, two_nodes, pp_scatter_gather=False)
+    off = simulate(sc, t, FlopCost()).result["breakdown"]["exposed_comm_s"]
+    on = run.result["breakdown"]["exposed_comm_s"]
+    assert on["tp"] == pytest.approx(off["tp"], rel=1e-9)
