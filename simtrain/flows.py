@@ -235,6 +235,14 @@ def access_path(topo, src: int, dst: int, core_paths: dict | None = None, pick=N
     return topo.route(src, dst, pick, core_paths)
 
 
+def _bytes_per_link(paths: list, transfers: list) -> dict:
+    moved: dict = {}
+    for p, t in zip(paths, transfers):
+        for e in p:
+            moved[e] = moved.get(e, 0.0) + t.bytes
+    return moved
+
+
 class FlowNetwork:
     """Routes and times concurrent transfers over a topology's graph.
 
@@ -283,16 +291,21 @@ class FlowNetwork:
         key = tuple(transfers)
         hit = self._phase_cache.get(key)
         if hit is None:
-            paths = [self.route(t.src, t.dst, (t.src, t.dst, i)) for i, t in enumerate(transfers)]
+            paths = self.routes(transfers)
             sat: dict = {}
             dur = max(run_flows(paths, [t.bytes for t in transfers], self.cap, None, sat), default=0.0)
-            moved: dict = {}
-            for p, t in zip(paths, transfers):
-                for e in p:
-                    moved[e] = moved.get(e, 0.0) + t.bytes
+            moved = _bytes_per_link(paths, transfers)
             net = any(self.topo.node_of(t.src) != self.topo.node_of(t.dst) for t in transfers)
             hit = self._phase_cache[key] = (dur, moved, sat, net)
         return hit
+
+    def routes(self, transfers: list) -> list:
+        """The route of each transfer (its flow id: source, destination, position)."""
+        return [self.route(t.src, t.dst, (t.src, t.dst, i)) for i, t in enumerate(transfers)]
+
+    def link_bytes(self, transfers: list) -> dict:
+        """Bytes per directed link of transfers routed as `phase` routes them (no timing)."""
+        return _bytes_per_link(self.routes(transfers), transfers)
 
     def collective_time(self, coll: str, n: float, groups: list, algorithm: str = "ring",
                         protocol: str = "Simple") -> float:
@@ -318,16 +331,19 @@ class FlowNetwork:
 
     def select(self, coll: str, n: float, groups: list, named: str = "auto", protocol: str = "auto") -> tuple:
         """(Cost, bytes per link, saturated seconds per link) of a collective as the flow backend
-        runs it: NVLS inside a node where it applies (`_nvls`); else the named algorithm if it has
-        phases, else (and for `auto`) the first of FLOW_ALGORITHMS: ring, or direct for
-        all-to-all (the tree and NVLS across nodes have no flow form); the fastest protocol
-        (flows are timed once; protocols rescale them)."""
-        nvls = self._nvls(coll, n, groups, named, protocol)
-        if nvls is not None:
-            return nvls
-        tree = self._tree(coll, n, groups, named, protocol)
-        if tree is not None:
-            return tree
+        runs it. An all-reduce for which the closed form picks (`auto`) or the scenario names NVLS
+        or a tree runs in their flow form (`_nvls`, `_tree`); otherwise the named algorithm if it
+        has phases, else (and for `auto`) the first of FLOW_ALGORITHMS: ring, or direct for
+        all-to-all; the fastest protocol (flows are timed once; protocols rescale them)."""
+        if coll == "all_reduce" and named in ("auto", "nvls", "tree", "nvls_tree"):
+            from simtrain.collectives import choose
+            from simtrain.parallel import group_shape
+            g = group_shape(groups[0], self.topo)
+            algorithm = choose(coll, n, g, self.topo, named, protocol).algorithm
+            if algorithm == "nvls" and not g.spans_nodes:
+                return self._nvls(n, g, groups, protocol)
+            if algorithm in ("tree", "nvls_tree") and g.spans_nodes and g.uniform:
+                return self._tree(n, g, groups, algorithm, protocol)
         ring = FLOW_ALGORITHMS[coll][0]
         protos = PROTOCOLS if protocol == "auto" else (protocol,)
         try:
@@ -335,70 +351,47 @@ class FlowNetwork:
         except ValueError:      # the named algorithm does not fit this group: the ring does
             return self.best(coll, n, groups, ring, protos)
 
-    def _nvls(self, coll: str, n: float, groups: list, named: str, protocol: str):
-        """NVLS in flow form, for groups inside one node where the closed form picks it (`auto`)
-        or the scenario names it: every member sends its buffer up to the scale-up switches once
-        and receives the result once (n each way on its switch links, split over the switches it
-        reaches), timed as the closed form times it. Those links are not shared with other
-        kinds of op (the engine shares only scale-out links), so nothing changes its time; the
-        report shows the bytes. None where NVLS does not apply."""
-        from simtrain.collectives import choose
-        from simtrain.parallel import group_shape
-        if coll != "all_reduce" or named not in ("auto", "nvls"):
-            return None
-        topo = self.topo
-        g = group_shape(groups[0], topo)
-        if g.spans_nodes:
-            return None
-        c = choose(coll, n, g, topo, named, protocol)
-        if c.algorithm != "nvls":
-            return None
+    def _nvls(self, n: float, g, groups: list, protocol: str) -> tuple:
+        """NVLS in flow form, for groups inside one node: every member sends its buffer up to the
+        scale-up switches once and receives the result once (n each way on its switch links,
+        split over the switches it reaches), timed as the closed form times it. Those links are
+        not shared with other kinds of op (the engine shares only scale-out links), so nothing
+        changes its time; the report shows the bytes."""
+        from simtrain.collectives import cost
         moved: dict = {}
         for grp in groups:
             for dev in grp:
-                d = topo.device_id(dev)
+                d = self.topo.device_id(dev)
                 sws = sorted(v for v in self.g.neighbors(d) if self.g.nodes[v].get("kind") == "scale_up_switch")
                 for sw in sws:
                     for e in ((d, sw), (sw, d)):
                         moved[e] = moved.get(e, 0.0) + n / len(sws)
-        return c, moved, {}
+        return cost("all_reduce", n, g, self.topo, "nvls", "Simple"), moved, {}
 
-    def _tree(self, coll: str, n: float, groups: list, named: str, protocol: str):
-        """The tree and NVLSTree in flow form, where the closed form picks one (`auto`) or the
-        scenario names it: the network part as the flows of both trees of every group at once
-        (`tree_network_transfers`) routed over the fabric, lasting as long as the most loaded
-        link needs for its bytes; the part inside each node as the closed form times it; the
-        larger of the two (as the closed form), then the protocol terms. Nothing contending, it
-        equals the closed form; an oversubscribed core or a shared NIC stretches it. None where
-        no tree applies."""
-        from simtrain.collectives import LATENCY_US, choose, tree_intra_seconds
-        from simtrain.parallel import group_shape
-        if coll != "all_reduce" or named not in ("auto", "tree", "nvls_tree"):
-            return None
+    def _tree(self, n: float, g, groups: list, algorithm: str, protocol: str) -> tuple:
+        """The tree or NVLSTree in flow form: the network part as the transfers of both trees of
+        every group at once (`tree_network_transfers`) routed over the fabric, lasting as long as
+        the most loaded link needs for its bytes (the trees are pipelined: every edge carries its
+        bytes at a steady rate through the whole collective, so this is the concurrent-flow time,
+        not the makespan of flows started at once); the part inside each node as the closed form
+        times it; the larger of the two (as the closed form), then the protocol terms. Nothing
+        contending, it equals the closed form; an oversubscribed core or a shared NIC stretches it."""
+        from simtrain.collectives import LATENCY_US, tree_intra_seconds
         topo = self.topo
-        g = group_shape(groups[0], topo)
-        if not g.spans_nodes or not g.uniform:
-            return None
-        algorithm = choose(coll, n, g, topo, named, protocol).algorithm
-        if algorithm not in ("tree", "nvls_tree"):
-            return None
         ts = []
         for grp in groups:
             by_node: dict = {}
             for d in grp:
                 by_node.setdefault(topo.node_of(d), []).append(d)
             ts += [Transfer(a, b, nb) for a, b, nb in tree_network_transfers(list(by_node.values()), n)]
-        # the trees are pipelined: every edge carries its bytes through the whole collective at a
-        # steady rate, so the network part lasts as long as its most loaded link needs (the
-        # concurrent-flow time), not the makespan of the flows started at once
-        _, moved, _, _ = self.phase(ts)
+        moved = self.link_bytes(ts)
         load = {e: x / self.cap[e] for e, x in moved.items()}
         dur = max(load.values(), default=0.0)
         sat = {e: dur for e, t in load.items() if t >= dur * (1 - 1e-12)}
         data = max(tree_intra_seconds(algorithm, n, g, topo), dur)
-        up, net = steps(coll, n, g, topo, algorithm)
+        up, net = steps("all_reduce", n, g, topo, algorithm)
         protos = [p for p in (PROTOCOLS if protocol == "auto" else (protocol,)) if p in LATENCY_US[algorithm]]
-        c = min((with_protocol(algorithm, algorithm, coll, pr, up, net, data, topo) for pr in protos),
+        c = min((with_protocol(algorithm, algorithm, "all_reduce", pr, up, net, data, topo) for pr in protos),
                 key=lambda c: c.seconds)
         return c, moved, sat
 
