@@ -147,7 +147,7 @@ class Device:
     profile: str = ""              # the profile file this device comes from, if any
     base: str = ""                 # the preset a profile refines (empty for a preset itself)
     collectives: tuple = ()        # measured collective sweeps of the profile (dicts)
-    op_overhead: float = 0.0       # seconds added to every compute operator (host / launch cost of the stack)
+    op_overhead: float = 0.0       # host issue time per compute operator (seconds; see costs.host_queue)
     op_overhead_source: str = ""
     profile_status: str = ""       # "uncalibrated" for a profile that holds specifications only
 

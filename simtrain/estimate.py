@@ -19,7 +19,7 @@ Worked example (interleaved, m 8, p 4, v 2, 1 s of F + B per rank and microbatch
 from __future__ import annotations
 
 from simtrain.collectives import choose
-from simtrain.costs import CalibratedRoofline
+from simtrain.costs import CalibratedRoofline, sequence_time
 from simtrain.devices import device_of
 from simtrain.parallel import RankGrid, group_shape, placement_of
 from simtrain.program import OPT_BYTES_PER_PARAM
@@ -58,10 +58,10 @@ def estimate(sc, topo, costs=None) -> dict:
             if isinstance(it, Comm):
                 t += comm(it)
             elif isinstance(it, Ring):
-                c = sum(costs.duration(o) for o in it.segment)
+                c = sequence_time(costs, it.segment)
                 t += c + (it.steps - 1) * max(c, comm(it.comm))
             else:
-                t += sum(costs.duration(o) for o in it)
+                t += sequence_time(costs, it)
         return t
 
     stage_f, stage_b = [], []

@@ -12,7 +12,8 @@ One program per equivalence class of ranks. Streams, like CUDA streams, issue th
             op depends on the matching send; a hand-over between two chunks of one rank is a
             plain dependency)
 Consecutive operators between two communication points are fused into one compute op whose
-duration is the sum of its operators' durations (the per-operator list stays in the workload).
+duration is their sequence time (`costs.sequence_time`: the sum of their durations, or with a
+profile's host issue cost the host queue; the per-operator list stays in the workload).
 
 The schedule is executed as data: each action becomes a chain of ops (F: the stage's forward; B:
 input gradients with recompute; W: weight gradients; BW: both in Megatron's order). An action
@@ -31,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simtrain.collectives import choose, p2p_time
+from simtrain.costs import sequence_time
 from simtrain.parallel import RankClass
 from simtrain.schedules import Action, Schedule
 from simtrain.spec import Scenario
@@ -125,7 +127,7 @@ class Lowering:
         hit = self._seg_cache.get(key)
         if hit is None:
             label = "+".join(o.name for o in seg[:3]) + ("+..." if len(seg) > 3 else "")
-            hit = self._seg_cache[key] = (sum(costs.duration(o) for o in seg), label, seg)
+            hit = self._seg_cache[key] = (sequence_time(costs, seg), label, seg)
         return hit[0], hit[1]
 
     def fusable(self, c: RankClass, comm: Comm) -> bool:

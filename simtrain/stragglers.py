@@ -116,7 +116,8 @@ def device_factors(cluster, num_devices: int, devices_per_node: int, seed: int) 
 
 class ScaledCosts:
     """A compute cost model slowed by per-class factors: GEMM and attention time x compute,
-    memory-bound time x memory."""
+    memory-bound time x memory. The host's issue cost per operator (a profile's op_overhead)
+    is not scaled: a slow device does not slow the host."""
 
     def __init__(self, base, compute: float, memory: float):
         self.base, self.compute, self.memory = base, compute, memory
@@ -130,8 +131,22 @@ class ScaledCosts:
     def outside(self):
         return getattr(self.base, "outside", set())
 
+    def _factor(self, op) -> float:
+        return self.memory if op.kind == "memory" else self.compute
+
     def duration(self, op) -> float:
-        return self.base.duration(op) * (self.memory if op.kind == "memory" else self.compute)
+        dt = getattr(self.base, "device_time", None)
+        if dt is None:
+            return self.base.duration(op) * self._factor(op)
+        # a slow device runs its kernels slower; the host issues them as fast as ever
+        return dt(op) * self._factor(op) + getattr(self.dev, "op_overhead", 0.0)
+
+    def sequence_time(self, ops) -> float:
+        from simtrain.costs import host_queue
+        dt = getattr(self.base, "device_time", None)
+        if dt is None:
+            return sum(self.duration(o) for o in ops)
+        return host_queue([dt(o) * self._factor(o) for o in ops], getattr(self.dev, "op_overhead", 0.0))
 
     def memory_time(self, nbytes: float) -> float:
         return self.base.memory_time(nbytes) * self.memory

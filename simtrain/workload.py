@@ -773,13 +773,13 @@ def stage_speeds(sc: Scenario, stages: int, offset: int = 0) -> tuple:
     from simtrain.devices import get_device
     c, p = sc.cluster, sc.parallel
     lp = _Builder(sc).layer()
-    ops = [o for items in (lp.forward, lp.recompute, lp.backward) for it in items if isinstance(it, tuple) for o in it]
+    segs = [it for items in (lp.forward, lp.recompute, lp.backward) for it in items if isinstance(it, tuple)]
     speed: dict = {}
 
     def layer_speed(dev: str) -> float:
         if dev not in speed:
             costs = CalibratedRoofline(get_device(dev), sc.training.precision)
-            speed[dev] = 1.0 / sum(costs.duration(o) for o in ops)
+            speed[dev] = 1.0 / sum(costs.sequence_time(seg) for seg in segs)
         return speed[dev]
     per = p.tp * p.cp * p.dp
     total_nodes = c.nodes

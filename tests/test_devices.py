@@ -23,3 +23,37 @@ def test_every_preset_has_sources_and_curves():
         assert "16bit" in d.gemm and 0 < d.mem_efficiency <= 1
         for c in d.gemm.values():
             assert c.source and all(0 < e <= 1 for _, e in c.points)
+
+
+def test_host_queue_by_hand():
+    """Host issues an operator every c, the device runs them in order: c = 10 us with device times
+    50, 5, 5 us ends at max(10 + 60, 20 + 10, 30 + 5) = 70 us (the long kernel lets the host run
+    ahead); three 1 us kernels end at 3·10 + 1 = 31 us (host-bound); no host cost is the sum."""
+    from simtrain.costs import host_queue
+    us = 1e-6
+    assert host_queue([50 * us, 5 * us, 5 * us], 10 * us) == pytest.approx(70 * us)
+    assert host_queue([1 * us] * 3, 10 * us) == pytest.approx(31 * us)
+    assert host_queue([50 * us, 5 * us], 0.0) == pytest.approx(55 * us)
+    assert host_queue([], 10 * us) == 0.0
+
+
+def test_profile_host_overhead_hides_behind_long_kernels():
+    """With the A100 profile's per-operator host cost c, a segment's time is host_queue of the
+    device times: never less than their sum plus one c, never more than the sum plus c per op,
+    and equal to that upper bound for one op (`duration`)."""
+    from simtrain.costs import CalibratedRoofline
+    from simtrain.devices import find_profile, load_profile
+    from simtrain.workload import Op
+    dev = load_profile(str(find_profile("a100-megatron-deepspeed", None)))
+    costs = CalibratedRoofline(dev, "fp16")
+    c = dev.op_overhead
+    assert c > 0
+    big = Op("fc1", "gemm", "F", 2 * 8192 ** 3, 3 * 2 * 8192 ** 2, (8192, 8192, 8192))
+    small = Op("add", "memory", "F", 0.0, 3 * 2 * 4096.0, ())
+    seq = [big, small, small, small]
+    dev_sum = sum(costs.device_time(o) for o in seq)
+    t = costs.sequence_time(seq)
+    assert dev_sum + c <= t + 1e-15 < dev_sum + len(seq) * c
+    assert t == pytest.approx(c + dev_sum)                      # the GEMM outlasts the three issues
+    assert costs.duration(small) == pytest.approx(c + costs.device_time(small))
+    assert costs.sequence_time([small] * 3) == pytest.approx(3 * c + costs.device_time(small))

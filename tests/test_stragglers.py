@@ -130,3 +130,20 @@ def test_balanced_layers_follow_device_speed(tmp_path, plain_topology):
                    par={"tp": 2, "pp": 2, "dp": 4, "layers_per_stage": "balanced"}, name="same.yaml")
     assert balanced_layers(same, 2) == (4, 4)
     assert simulate(sc, topo).result["step_time_s"] > 0
+
+
+def test_a_slow_device_does_not_slow_the_host():
+    """ScaledCosts scales the device time of each operator, not the profile's host issue cost c:
+    one operator takes factor x device time + c, and a host-bound run of short operators is
+    still n·c + the last one's (slowed) device time."""
+    from simtrain.costs import CalibratedRoofline
+    from simtrain.devices import find_profile, load_profile
+    from simtrain.stragglers import ScaledCosts
+    from simtrain.workload import Op
+    dev = load_profile(str(find_profile("a100-megatron-deepspeed", None)))
+    base = CalibratedRoofline(dev, "fp16")
+    slow = ScaledCosts(base, 2.0, 3.0)
+    add = Op("add", "memory", "F", 0.0, 3 * 2 * 4096.0, ())
+    c = dev.op_overhead
+    assert slow.duration(add) == pytest.approx(3.0 * base.device_time(add) + c)
+    assert slow.sequence_time([add] * 4) == pytest.approx(4 * c + 3.0 * base.device_time(add))
