@@ -443,9 +443,10 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
     return out
 
 
-def _dense_ids(rows):
+def _dense_ids(rows, with_first: bool = False):
     """Row -> id, numbered by first appearance (deterministic, as `_ids`). `rows` is a 2-D array
-    (one row per item) or a list of equally long 1-D columns (contiguous, so faster)."""
+    (one row per item) or a list of equally long 1-D columns (contiguous, so faster). With
+    `with_first`, also the index of each id's first row, in id order."""
     import numpy as np
     if isinstance(rows, (list, tuple)):
         cols = [np.asarray(c, dtype=np.int64) for c in rows]
@@ -475,7 +476,7 @@ def _dense_ids(rows):
     inv = inv.reshape(-1)
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-    return rank[inv]
+    return (rank[inv], np.sort(first)) if with_first else rank[inv]
 
 
 def _group_shapes(members, place, node, leaf, topo, objs: list, ids: dict):
@@ -506,9 +507,7 @@ def _group_shapes(members, place, node, leaf, topo, objs: list, ids: dict):
         # every fabric: a group inside one single-host domain spans its scale-up fabric, so its
         # shape follows from the counts alone; one GroupShape per distinct row of counts
         sub = keys[local]
-        inv = _dense_ids(sub)                      # row -> id by first appearance (no row sort)
-        first = np.full(int(inv.max()) + 1, len(inv), dtype=np.int64)
-        np.minimum.at(first, inv, np.arange(len(inv), dtype=np.int64))
+        inv, first = _dense_ids(sub, with_first=True)   # row -> id by first appearance (no row sort)
         uniq = sub[first]
         sid = []
         for k in uniq:

@@ -413,8 +413,8 @@ class _ClassLowering:
         n = self.low.work_of(self.c.ep_rank)[ms - 1 if kind == "F" else ms].recv_gather_bytes
         if not n:
             return None
-        ops, cid = self.low.ops, self.c.id
-        prev = next((o.id for o in reversed(ops) if o.cls == cid and o.stream == "compute"), None)
+        ops = self.low.ops
+        prev = next((ops[i].id for i in range(len(ops) - 1, self.op0 - 1, -1) if ops[i].stream == "compute"), None)
         name = f"pp_gather_{'act' if kind == 'F' else 'grad'}{a.microbatch}"
         op = self.low.comm_op(self.c, Comm("tp", "all_gather", n, name), [] if prev is None else [prev],
                               a.microbatch, self.next_seq("tp"), chunk=a.chunk)
@@ -622,6 +622,7 @@ class _ClassLowering:
     # -- the whole program ------------------------------------------------------------------------
     def run(self) -> None:
         low, p = self.low, self.p
+        self.op0 = len(low.ops)      # this class's ops start here (classes are lowered one by one)
         chunks = self.sched.stage_of[self.rank]
         if self.zero in (1, 2) and self.dp_on and p.overlap_param_gather:
             # the previous step's parameter all-gather overlaps this step's first forward, bucket by bucket

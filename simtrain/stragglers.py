@@ -131,22 +131,23 @@ class ScaledCosts:
     def outside(self):
         return getattr(self.base, "outside", set())
 
-    def _factor(self, op) -> float:
-        return self.memory if op.kind == "memory" else self.compute
+    def device_time(self, op) -> float:
+        """The base's device time slowed by the class's factor (a base without a host cost, such as
+        a test's cost model, gives its duration as device time)."""
+        dt = getattr(self.base, "device_time", self.base.duration)
+        return dt(op) * (self.memory if op.kind == "memory" else self.compute)
+
+    @property
+    def _host(self) -> float:
+        return getattr(self.dev, "op_overhead", 0.0) if hasattr(self.base, "device_time") else 0.0
 
     def duration(self, op) -> float:
-        dt = getattr(self.base, "device_time", None)
-        if dt is None:
-            return self.base.duration(op) * self._factor(op)
         # a slow device runs its kernels slower; the host issues them as fast as ever
-        return dt(op) * self._factor(op) + getattr(self.dev, "op_overhead", 0.0)
+        return self.device_time(op) + self._host
 
     def sequence_time(self, ops) -> float:
         from simtrain.costs import host_queue
-        dt = getattr(self.base, "device_time", None)
-        if dt is None:
-            return sum(self.duration(o) for o in ops)
-        return host_queue([dt(o) * self._factor(o) for o in ops], getattr(self.dev, "op_overhead", 0.0))
+        return host_queue([self.device_time(o) for o in ops], self._host)
 
     def memory_time(self, nbytes: float) -> float:
         return self.base.memory_time(nbytes) * self.memory
