@@ -56,6 +56,8 @@ nodes has nodes that are inner in one tree and leaves in the other and send 2n (
 same: tuning.cc takes the intra-node graph bandwidth for a tree on nNodes <= 2, and for NVLSTree
 min(bwIntra, bwInter) on nNodes <= 2 but bwInter/2 beyond). So `tree` and `nvls_tree` move n per
 node across the network on two nodes and 2n on more; the chain inside each node still moves 2n.
+A fabric where that saving is measured not to happen says `collectives.two_node_tree_saving:
+false`; its trees then move 2n on two nodes as well (the ring's network bytes, nearly: 2(N-1)/N n).
 
 NVLS chunk pipeline (`collectives.nvls_chunk_cost`, t_c). NCCL runs NVLS on 16 channels
 (NCCL_NVLS_NCHANNELS), each with one head per rank of the node, and moves the buffer in rounds of
@@ -250,7 +252,7 @@ def _tree(coll, n, g, topo):
     k, N = g.per_node, g.nodes
     # the chain inside the node moves 2n per rank; across the network each node moves n on two
     # nodes and 2n on more (module docstring), over its k NIC shares
-    net = _tree_net_bytes(n, N) / (k * _net(topo, g.leaves, g))
+    net = _tree_net_bytes(n, N, topo) / (k * _net(topo, g.leaves, g))
     return 2 * (k - 1), 2 * math.ceil(math.log2(N)), max(tree_intra_seconds("tree", n, g, topo), net)
 
 
@@ -264,9 +266,14 @@ def tree_intra_seconds(algorithm: str, n: float, g: GroupShape, topo: Topology) 
     return 2 * n / _up(topo, g) if g.per_node > 1 else 0.0
 
 
-def _tree_net_bytes(n: float, nodes: int) -> float:
+def two_node_tree_saving(topo: Topology) -> bool:
+    """Whether a tree over two nodes moves n per node across the network (module docstring)."""
+    return bool(_params(topo).get("two_node_tree_saving", True))
+
+
+def _tree_net_bytes(n: float, nodes: int, topo: Topology) -> float:
     """Bytes each node sends across the network in a double binary tree all-reduce."""
-    return n if nodes <= 2 else 2 * n
+    return n if nodes <= 2 and two_node_tree_saving(topo) else 2 * n
 
 
 @register("halving_doubling", "ring", ("all_reduce", "reduce_scatter", "all_gather"),
@@ -321,7 +328,7 @@ def _nvls_tree(coll, n, g, topo):
     eff = _params(topo).get("nvls_efficiency")
     if not eff or not g.spans_nodes or not g.uniform or g.per_node < 2:
         return None          # one member per node: nothing for the switch to reduce
-    inter = _tree_net_bytes(n, g.nodes) / (g.per_node * _net(topo, g.leaves, g))
+    inter = _tree_net_bytes(n, g.nodes, topo) / (g.per_node * _net(topo, g.leaves, g))
     return 1, 2 * math.ceil(math.log2(g.nodes)), max(tree_intra_seconds("nvls_tree", n, g, topo), inter)
 
 

@@ -160,16 +160,18 @@ def double_binary_tree_edges(nodes: int) -> list:
     return one + [(other(p), other(c)) for p, c in one]
 
 
-def tree_network_transfers(group_nodes: list, n: float) -> list:
+def tree_network_transfers(group_nodes: list, n: float, two_node_saving: bool = True) -> list:
     """(source device, destination device, bytes) of a tree all-reduce's network part: each tree
     carries half the buffer, up every edge (the reduction) and down it (the broadcast); a hop
     between two nodes is striped member j to member j over the k members of each node (NCCL's
     channels leave through different GPUs and their NICs). On two nodes each node sends n; on
-    more, an inner node sends 2n."""
+    more, an inner node sends 2n. Without the two-node saving (a fabric measured not to have it,
+    `collectives.two_node_tree_saving: false`) each node sends 2n on two nodes too."""
     pair: dict = {}
+    per_edge = n if len(group_nodes) == 2 and not two_node_saving else n / 2
     for p, c in double_binary_tree_edges(len(group_nodes)):
         for a, b in ((c, p), (p, c)):
-            pair[(a, b)] = pair.get((a, b), 0.0) + n / 2
+            pair[(a, b)] = pair.get((a, b), 0.0) + per_edge
     out = []
     for (a, b), nb in sorted(pair.items()):
         on_a, on_b = group_nodes[a], group_nodes[b]
@@ -376,14 +378,15 @@ class FlowNetwork:
         not the makespan of flows started at once); the part inside each node as the closed form
         times it; the larger of the two (as the closed form), then the protocol terms. Nothing
         contending, it equals the closed form; an oversubscribed core or a shared NIC stretches it."""
-        from simtrain.collectives import LATENCY_US, tree_intra_seconds
+        from simtrain.collectives import LATENCY_US, tree_intra_seconds, two_node_tree_saving
         topo = self.topo
+        saving = two_node_tree_saving(topo)
         ts = []
         for grp in groups:
             by_node: dict = {}
             for d in grp:
                 by_node.setdefault(topo.node_of(d), []).append(d)
-            ts += [Transfer(a, b, nb) for a, b, nb in tree_network_transfers(list(by_node.values()), n)]
+            ts += [Transfer(a, b, nb) for a, b, nb in tree_network_transfers(list(by_node.values()), n, saving)]
         moved = self.link_bytes(ts)
         load = {e: x / self.cap[e] for e, x in moved.items()}
         dur = max(load.values(), default=0.0)

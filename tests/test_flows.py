@@ -268,6 +268,11 @@ def test_double_binary_tree_layout_by_hand():
             sent[a] = sent.get(a, 0.0) + nb
             got[b] = got.get(b, 0.0) + nb
         assert max(sent.values()) == pytest.approx(per_node) and max(got.values()) == pytest.approx(per_node)
+    # without the two-node saving (collectives.two_node_tree_saving: false) two nodes send 2n
+    sent = {}
+    for a, b, nb in tree_network_transfers([[0], [10]], 1.0, two_node_saving=False):
+        sent[a] = sent.get(a, 0.0) + nb
+    assert sent == {0: pytest.approx(2.0), 10: pytest.approx(2.0)}
 
 
 @pytest.mark.parametrize("nodes", [2, 4, 8])

@@ -262,6 +262,8 @@ COLLECTIVES = {
     "network_step_latency_source": ("str", False, ""),
     "nvls_chunk_cost": ("time", False, "0 us"),   # synchronisation per NVLS chunk round: NVLS as a chunk pipeline (simtrain.collectives)
     "nvls_chunk_cost_source": ("str", False, ""),
+    "two_node_tree_saving": ("bool", False, True),   # false: a tree over two nodes moves 2n per node across the network, as on more
+    "two_node_tree_saving_source": ("str", False, ""),
 }
 
 # keys every kind accepts
