@@ -248,6 +248,28 @@ def test_tree_across_two_nodes_without_the_saving_moves_2n(plain_topology):
         pytest.approx(collective_time("all_reduce", n, g8, with_saving, "tree", "Simple"), rel=1e-12)
 
 
+def test_nvls_tree_across_two_nodes_follows_the_saving(tmp_path):
+    """NVLSTree over 2 nodes x 4 members, no protocol latencies: the network part is n per node
+    over 4 NIC shares of 10 GB/s (n / 40 GB/s) with the two-node saving, 2n without, and it
+    outlasts the NVLS part inside the node (about n / 50 GB/s) either way, so the time doubles
+    exactly; both backends agree."""
+    from simtrain.flows import FlowNetwork
+    from simtrain.parallel import group_shape
+    n = 2.0 ** 30
+    times = []
+    for extra in (", latency_model: none", ", latency_model: none, two_node_tree_saving: false"):
+        f = tmp_path / f"nvls{len(times)}.yaml"
+        f.write_text(NVLS_NODE % extra)
+        topo = load_topology(f, nodes=2)
+        group = list(range(8))
+        closed = collective_time("all_reduce", n, group_shape(group, topo), topo, "nvls_tree", "Simple")
+        flow = FlowNetwork(topo).select("all_reduce", n, [group], "nvls_tree", "Simple")[0].seconds
+        assert flow == pytest.approx(closed, rel=1e-12)
+        times.append(closed)
+    assert times[0] == pytest.approx(n / 40e9, rel=1e-12)
+    assert times[1] == pytest.approx(2 * times[0], rel=1e-12)
+
+
 def test_vtrain_fabric_reproduces_its_two_node_measurement():
     """The vTrain A100 fabric (8 x A100, 4 x 200 Gb/s per node) against the one public two-node
     all-reduce of that node design: ~86 GB/s busbw under NCCL's default algorithm (NVIDIA/nccl-tests
