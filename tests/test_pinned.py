@@ -1,0 +1,80 @@
+"""Pinned outputs of every shipped scenario and of the compare and search results the docs quote.
+
+These are regression pins, not derivations: the values are what the simulator computed at commit
+609ea45, to 4 significant figures. They guard refactorings that must not change behaviour. A change
+that is meant to move a number updates the pin in its own commit and says why.
+"""
+import pytest
+
+from simtrain import compare, search
+from simtrain.loading import load_scenario
+from simtrain.simulate import simulate
+
+from conftest import ROOT
+
+KEYS = ("step_time_s", "mfu", "bubble_fraction", "peak_memory_bytes")
+
+# scenario stem: step time (s), MFU, bubble fraction, peak memory (bytes)
+SCENARIOS = {
+    "deepseek-v3-h800-2048": ('5.087', '0.2288', '0.2162', '1.712e+11'),
+    "gpt3-175b-a100-1024": ('18.81', '0.5634', '0.08502', '2.942e+10'),
+    "llama2-70b-h800-256": ('10.01', '0.3675', '0.05231', '2.763e+10'),
+    "llama3-405b-h100-16384-goodput": ('11.74', '0.2315', '0.4763', '2.432e+10'),
+    "llama3-405b-h100-16384": ('11.74', '0.2315', '0.4763', '2.432e+10'),
+    "llama3-70b-a100-1024-placement": ('14.22', '0.4147', '0', '5.49e+10'),
+    "llama3-70b-h100-128k-cp16": ('16.29', '0.368', '0.1628', '3.8e+10'),
+    "llama3-70b-h100-512-stragglers": ('5.767', '0.3457', '0.2633', '3.8e+10'),
+    "llama3-70b-h100-512": ('8.88', '0.4489', '0.1079', '3.8e+10'),
+    "llama3-70b-h100-scaleout": ('32.82', '0.4858', '0.05005', '3.8e+10'),
+    "llama3-70b-mlu590-128": ('33.4', '0.6056', '0.07459', '4.311e+10'),
+    "llama3-8b-h200-64": ('6.133', '0.6255', '0', '6.647e+10'),
+    "llama3-8b-mlu370-32": ('20.47', '0.4293', '0', '9.547e+09'),
+    "llava-llama3-8b-h100-32": ('3.626', '0.4728', '0.183', '3.218e+10'),
+    "mixtral-8x7b-h100-64": ('2.632', '0.5218', '0.1706', '5.411e+10'),
+}
+
+# docs: the schedule table for GPT-3 175B on 1,024 A100 at its 96 microbatches
+SCHEDULES = {
+    "gpipe": ("18.81", "0.5634", "0.08479", "1.473e+11"),
+    "1f1b": ("18.81", "0.5634", "0.08502", "2.942e+10"),
+    "interleaved_1f1b": ("18.03", "0.5878", "0.05571", "3.394e+10"),
+    "zb_h1": ("18.2", "0.5824", "0.05151", "2.942e+10"),
+    "zb_h2": ("18.08", "0.5861", "0.04596", "3.843e+10"),
+    "zb_v": ("17.71", "0.5986", "0.03046", "3.002e+10"),
+    "dualpipe": ("17.64", "0.6007", "0.03588", "4.964e+10"),
+    "dualpipev": ("17.16", "0.6177", "0.04745", "3.067e+10"),
+}
+
+
+def sig4(result: dict) -> tuple:
+    return tuple(f"{result[k]:.4g}" for k in KEYS)
+
+
+def test_every_shipped_scenario_is_pinned():
+    assert sorted(SCENARIOS) == sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("stem", sorted(SCENARIOS))
+def test_shipped_scenario_pinned(stem):
+    sc, topo = load_scenario(ROOT / "scenarios" / f"{stem}.yaml")
+    assert sig4(simulate(sc, topo).result) == SCENARIOS[stem]
+
+
+def test_schedule_comparison_pinned():
+    rows = compare.run_variants(ROOT / "scenarios" / "gpt3-175b-a100-1024.yaml",
+                                ["parallel.schedule=" + ",".join(SCHEDULES)])
+    got = {r.overrides[0].split("=", 1)[1]: sig4(r.result) for r in rows}
+    assert got == SCHEDULES
+
+
+def test_search_405b_pinned():
+    """The docs' search result for Llama-3 405B on 16,384 H100: the best plan, its runner-up and the
+    funnel counts (enumerated, rejected by checks, pruned by memory, estimated, simulated)."""
+    res = search.search(ROOT / "scenarios" / "llama3-405b-h100-16384.yaml")
+    assert (res.enumerated, res.invalid, res.memory_pruned, res.estimated, res.simulated) == (576, 24, 372, 67, 20)
+    top = [(c.plan.label(), sig4(c.result)) for c in res.ranked[:3]]
+    assert top == [
+        ("tp8 pp32 dp64 mb1 sp rc-none z1 1f1b [3..4]", ("8.831", "0.3077", "0.4871", "7.632e+10")),
+        ("tp8 pp32 dp64 mb1 sp rc-selective z1 1f1b [3..4]", ("9.052", "0.3002", "0.4875", "7.632e+10")),
+        ("tp8 pp8 dp256 mb1 sp rc-full z1 1f1b [15..16]", ("11.65", "0.2333", "0.4462", "4.318e+10")),
+    ]
