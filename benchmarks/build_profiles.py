@@ -69,7 +69,7 @@ def main() -> int:
             doc["op_overhead"] = {
                 "per_operator": f"{A100_OP_OVERHEAD_US:g} us",
                 "source": "host issue cost per operator of eager Megatron-DeepSpeed (fp16) on A100 (the device runs each "
-                          "operator once the host has issued it, so the cost hides behind longer kernels: simtrain.costs."
+                          "operator once the host has issued it, so the cost hides behind longer kernels: simtrain.cost.roofline."
                           "host_queue), set to the value that minimises the MAPE over the 1,440 vTrain single-node runs "
                           "(benchmarks/fit_op_overhead.py); the multi-node runs are not used"}
         (OUT / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))

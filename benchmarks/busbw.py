@@ -26,10 +26,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simtrain.collectives import choose  # noqa: E402
-from simtrain.flows import FlowNetwork  # noqa: E402
-from simtrain.parallel import group_shape  # noqa: E402
-from simtrain.topology import REPO_TOPOLOGIES, load_topology  # noqa: E402
+from simtrain.hardware.topology import REPO_TOPOLOGIES, load_topology  # noqa: E402
+from simtrain.network.collectives import choose  # noqa: E402
+from simtrain.network.flows import FlowNetwork  # noqa: E402
+from simtrain.plan.grid import group_shape  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "calibration" / "nccl_busbw.yaml"
 TOPOLOGY_OF = {"A100": "dgx-a100", "H100": "dgx-h100", "H200": "hgx-h200"}
@@ -180,7 +180,7 @@ def main() -> int:
         print(f"  analytical: {sa[0]} of {sa[1]} sizes within 15 %, mean |error| {100 * sa[2]:.1f} %;  "
               f"flow: {sf[0]} of {sf[1]}, {100 * sf[2]:.1f} %   (* outside 15 %)")
         table.append((e["id"], tname, sa, sf))
-    print(f"\nsummary, sizes from 1 MiB up within 15 % of the measured busbw (criterion of issue 4):")
+    print("\nsummary, sizes from 1 MiB up within 15 % of the measured busbw (criterion of issue 4):")
     print(f"  {'sweep':34s} {'topology':12s} {'analytical':>12s} {'mean':>7s} {'flow':>12s} {'mean':>7s}")
     for i, t, sa, sf in table:
         print(f"  {i:34s} {t:12s} {sa[0]:>5d} of {sa[1]:<3d} {100 * sa[2]:6.1f}% {sf[0]:>5d} of {sf[1]:<3d} {100 * sf[2]:6.1f}%")
@@ -209,7 +209,7 @@ def table_of(e: dict) -> dict:
 
 def calibrated() -> None:
     """Out of sample: each sweep predicted from the profile table of the other sweep on the same fabric."""
-    from simtrain.collectives import measured_cost
+    from simtrain.network.collectives import measured_cost
     by_id = {e["id"]: (e, t) for e, t in sweeps()}
     print("\ncalibrated, out of sample (table measured on the same fabric, another system):")
     for target, source in SAME_FABRIC.items():

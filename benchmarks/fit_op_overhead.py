@@ -4,7 +4,7 @@
 
 The 1,440 single-node runs (2-8 A100s of one node, small GPT models) are dominated by what a
 roofline leaves out: the host's issue cost of every operator in eager Megatron-DeepSpeed (timed
-as simtrain.costs.host_queue: hidden behind kernels longer than it, paid by shorter ones). The
+as simtrain.cost.roofline.host_queue: hidden behind kernels longer than it, paid by shorter ones). The
 data README allows this set for setting a device's compute efficiency; the multi-node set is
 never used here. A golden-section search over the overhead (microseconds) minimises the
 single-node MAPE with the rest of the shipped profile (a100-megatron-deepspeed) unchanged, and

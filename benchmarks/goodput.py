@@ -19,12 +19,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simtrain.loading import load_scenario  # noqa: E402
-from simtrain.reliability import model as M  # noqa: E402
-from simtrain.reliability.config import load_spec  # noqa: E402
-from simtrain.reliability.montecarlo import run_many, summarize  # noqa: E402
-from simtrain.reliability.study import auto_interval_steps  # noqa: E402
 from simtrain.simulate import simulate  # noqa: E402
+from simtrain.spec.loading import load_scenario  # noqa: E402
+from simtrain.studies.reliability import model as M  # noqa: E402
+from simtrain.studies.reliability.config import load_spec  # noqa: E402
+from simtrain.studies.reliability.montecarlo import run_many, summarize  # noqa: E402
+from simtrain.studies.reliability.study import auto_interval_steps  # noqa: E402
 
 
 def main() -> int:

@@ -9,7 +9,7 @@ pipeline runs 16 microbatches. Per size, each run in a fresh process: the wall t
 `simulate` (median of the repeats; loading the scenario excluded), the ops run and the SimPy
 events waited on, the peak resident memory of the process, and the ratio to the 1,024-rank
 time. Then the same with a fraction of the devices 20 % slower (seeded), and the closed-form
-estimate (simtrain.estimate) timed the same way.
+estimate (simtrain.studies.estimate) timed the same way.
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ CHILD = r"""
 import json, resource, sys, time, yaml
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from simtrain.loading import load_scenario
+from simtrain.spec.loading import load_scenario
 from simtrain.simulate import simulate
-from simtrain.estimate import estimate
+from simtrain.studies.estimate import estimate
 dp, frac, what, tmp = int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
 doc = yaml.safe_load(open(Path(sys.argv[1]) / "scenarios" / "llama3-405b-h100-16384.yaml"))
 doc["parallel"]["dp"] = dp

@@ -16,8 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simtrain.loading import load_scenario  # noqa: E402
 from simtrain.simulate import simulate  # noqa: E402
+from simtrain.spec.loading import load_scenario  # noqa: E402
 
 
 def main() -> int:

@@ -20,11 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simtrain.compare import Row, compute_spans, figure, table, to_csv  # noqa: E402
-from simtrain.loading import load_scenario  # noqa: E402
-from simtrain.results import write_atomic  # noqa: E402
+from simtrain.results.io import write_atomic  # noqa: E402
 from simtrain.schedules import SCHEDULES  # noqa: E402
 from simtrain.simulate import simulate  # noqa: E402
+from simtrain.spec.loading import load_scenario  # noqa: E402
+from simtrain.studies.compare import Row, compute_spans, figure, table, to_csv  # noqa: E402
 
 SPLIT_405B = ["parallel.layers_per_stage=null", "parallel.first_stage_layers=3", "parallel.last_stage_layers=3"]
 PLANS = {   # scenario -> (overrides for every variant, extra overrides per schedule)

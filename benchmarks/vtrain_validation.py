@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from simtrain.errors import Collector, SimtrainError  # noqa: E402
-from simtrain.loading import build_scenario  # noqa: E402
 from simtrain.simulate import simulate  # noqa: E402
+from simtrain.spec.loading import build_scenario  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "vtrain"
 

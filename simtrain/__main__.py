@@ -1,6 +1,6 @@
 """`python -m simtrain` entry point (same as the `simtrain` console script)."""
 import sys
 
-from simtrain.cli import main
+from simtrain.cli.main import main
 
 sys.exit(main())

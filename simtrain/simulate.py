@@ -17,17 +17,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from simtrain import engine
-from simtrain.costs import CalibratedRoofline
-from simtrain.devices import device_of, get_device
-from simtrain.stragglers import ScaledCosts, critical_path, device_factors
-from simtrain.parallel import RankGrid, equivalence_classes, placement_of
-from simtrain.program import Lowering
-from simtrain.results import attribute, KINDS
+from simtrain.cost.roofline import CalibratedRoofline
+from simtrain.cost.scaled import ScaledCosts
+from simtrain.engine import core as engine
+from simtrain.hardware.devices import device_of, get_device
+from simtrain.hardware.topology import Topology
+from simtrain.plan.grid import RankGrid, equivalence_classes, placement_of
+from simtrain.plan.heterogeneity import device_factors
+from simtrain.program.lowering import Lowering
+from simtrain.results.attribution import KINDS, attribute
+from simtrain.results.critical_path import critical_path
 from simtrain.schedules import schedule_for
-from simtrain.spec import Scenario
-from simtrain.topology import Topology
-from simtrain.workload import ACT_BYTES, build_workload, hardware_flops_per_step, model_flops_per_step
+from simtrain.spec.scenario import Scenario
+from simtrain.workload.build import ACT_BYTES, build_workload, hardware_flops_per_step, model_flops_per_step
 
 
 @dataclass
@@ -159,7 +161,7 @@ def moe_section(sc: Scenario, low, ops, tl) -> dict:
     ranks' loads are (largest rank's tokens over the mean) and what fraction of the assignments the
     capacity factor dropped; per rank and microbatch, the dispatch + combine bytes sent; and which
     expert-parallel rank is slowest (the most compute time)."""
-    from simtrain.workload import routing_shares
+    from simtrain.workload.build import routing_shares
     p, moe = sc.parallel, sc.model.moe
     per = moe.num_experts // p.ep
     layers = []
@@ -192,7 +194,7 @@ def moe_section(sc: Scenario, low, ops, tl) -> dict:
 def cp_section(sc: Scenario, work) -> dict:
     """Context parallelism: the kind, tokens per rank, and per layer and microbatch the KV bytes
     each rank sends (forward, backward)."""
-    from simtrain.workload import Comm, Ring
+    from simtrain.workload.build import Comm, Ring
     lp = work[-1].layers[-1]
     def sent(items):
         tot = 0.0

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from simtrain.calibration.fit import fit_alpha_beta
-from simtrain.cli import main
-from simtrain.devices import ShapeCurve, load_profile
+from simtrain.cli.main import main
+from simtrain.hardware.devices import ShapeCurve, load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 

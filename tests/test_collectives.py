@@ -1,5 +1,5 @@
 """Closed forms of the analytical network backend, derived by hand from the topology numbers and
-NCCL's latency table (simtrain.collectives.LATENCY_US, from NCCL src/graph/tuning.cc):
+NCCL's latency table (simtrain.network.collectives.LATENCY_US, from NCCL src/graph/tuning.cc):
 ring (base, per NVLink step, per network step) LL (6.6, 0.6, 2.7) LL128 (14, 1.9, 4) Simple (8.4, 3.4, 14) us;
 tree LL (6.8, 0.6, 5) LL128 (14, 1.25, 8.5) Simple (8.4, 4, 14) us."""
 import importlib.util
@@ -7,12 +7,11 @@ import math
 import sys
 
 import pytest
-
 from conftest import ROOT, SHARED
 
-from simtrain.collectives import choose, collective_time, cost, p2p_time
-from simtrain.parallel import GroupShape
-from simtrain.topology import load_topology
+from simtrain.hardware.topology import load_topology
+from simtrain.network.collectives import choose, collective_time, cost, p2p_time
+from simtrain.plan.grid import GroupShape
 
 US = 1e-6
 
@@ -136,7 +135,7 @@ def test_measured_table_is_interpolated_in_log_size_and_log_time():
     kept; beyond 4 MiB the fitted alpha/beta is used and said so. Across nodes, a table needs the
     group's ranks per node: 16 ranks on 2 nodes with 8 each find the 2-node table, 2 ranks on 2
     nodes (1 each) find none and the model is used."""
-    from simtrain.collectives import measured_cost
+    from simtrain.network.collectives import measured_cost
     t1 = 2 ** 20 * 1.75 / 100e9
     table = ({"collective": "all_reduce", "ranks": 8, "nodes": 1, "alpha_us": 5.0, "peak_busbw_GBps": 450.0,
               "points": [{"bytes": 2 ** 20, "time_us": t1 * 1e6}, {"bytes": 2 ** 22, "time_us": t1 * 1e6}]},
@@ -162,7 +161,7 @@ def test_nvls_chunk_follows_nccl_cuts():
     (64 MiB) 32 KiB; below 2 rounds of 32 KiB (8 MiB) 16 KiB. NVLSTree on 2 nodes starts at 128 KiB
     and cuts to 64 KiB below 4 x 16 x 8 x 128 KiB = 64 MiB and to 32 KiB below 1 x 16 x 8 x 64 KiB
     = 8 MiB; on 4 nodes it starts at 64 KiB, so only the 8 MiB cut applies."""
-    from simtrain.collectives import nvls_chunk
+    from simtrain.network.collectives import nvls_chunk
     KiB, MiB = 1024, 2 ** 20
     assert nvls_chunk(2 ** 30, 8) == 128 * KiB
     assert nvls_chunk(2 ** 30 - 1, 8) == 64 * KiB
@@ -196,7 +195,7 @@ def test_nvls_chunk_pipeline_closed_form(tmp_path):
     (64 x 128 KiB); (R + 1) rounds of synchronisation and the data plus one round's worth (the
     pipeline's fill): 17 x 2 us + (64 + 4) MiB / B_inf. NCCL's 25 us NVLS step latency is replaced
     by the fill; with `latency_model: none` the transfer is n / 50 GB/s exactly."""
-    from simtrain.topology import load_topology as load
+    from simtrain.hardware.topology import load_topology as load
     f = tmp_path / "n.yaml"
     f.write_text(NVLS_NODE % "")
     topo = load(f, nodes=1)
@@ -253,8 +252,8 @@ def test_nvls_tree_across_two_nodes_follows_the_saving(tmp_path):
     over 4 NIC shares of 10 GB/s (n / 40 GB/s) with the two-node saving, 2n without, and it
     outlasts the NVLS part inside the node (about n / 50 GB/s) either way, so the time doubles
     exactly; both backends agree."""
-    from simtrain.flows import FlowNetwork
-    from simtrain.parallel import group_shape
+    from simtrain.network.flows import FlowNetwork
+    from simtrain.plan.grid import group_shape
     n = 2.0 ** 30
     times = []
     for extra in (", latency_model: none", ", latency_model: none, two_node_tree_saving: false"):
@@ -275,8 +274,8 @@ def test_vtrain_fabric_reproduces_its_two_node_measurement():
     all-reduce of that node design: ~86 GB/s busbw under NCCL's default algorithm (NVIDIA/nccl-tests
     issue #175, shared/data nccl_pt_a100_1node_allreduce). busbw = 2(n-1)/n x size / time, 16 ranks,
     4 GiB; both backends; within issue 4's 15 %."""
-    from simtrain.flows import FlowNetwork
-    from simtrain.parallel import group_shape
+    from simtrain.network.flows import FlowNetwork
+    from simtrain.plan.grid import group_shape
     topo = load_topology(ROOT / "topologies" / "vtrain-a100.yaml", nodes=2)
     group = list(range(16))
     size = 2.0 ** 32

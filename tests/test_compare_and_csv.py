@@ -1,19 +1,17 @@
 """`simtrain compare` (sweeps, table, CSV, figure) and the torchtitan CSV schedule interchange."""
 import csv
-import json
 
 import pytest
 import yaml
+from conftest import small_scenario
 
-from simtrain.cli import main
-from simtrain.compare import split_values, variants
+from simtrain.cli.main import main
 from simtrain.errors import ConfigError, ScheduleError
-from simtrain.loading import load_scenario
 from simtrain.schedules import SCHEDULES, build_schedule
 from simtrain.schedules.csvio import read_csv, to_csv
 from simtrain.simulate import simulate
-
-from conftest import small_scenario
+from simtrain.spec.loading import load_scenario
+from simtrain.studies.compare import split_values, variants
 
 
 def test_sweep_values_and_cartesian_product():

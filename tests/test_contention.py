@@ -3,8 +3,8 @@ max-min fair over the links' capacities and recomputed whenever an op starts or 
 times are derived by hand in each docstring."""
 import pytest
 
-from simtrain import engine
-from simtrain.program import EOp
+from simtrain.engine import core as engine
+from simtrain.program.lowering import EOp
 
 
 def op(i, duration, load=(), deps=(), stream=None, kind="coll"):
@@ -74,8 +74,9 @@ def test_gradient_reductions_of_two_stages_share_a_nic(tmp_path, monkeypatch, pl
     clearly longer with contention (> 1.5x). With Megatron order each node holds one stage only,
     the rings never share a NIC, and contention changes nothing (< 2 %)."""
     from conftest import small_scenario, write
-    from simtrain.loading import load_scenario
+
     from simtrain.simulate import simulate
+    from simtrain.spec.loading import load_scenario
     topo = write(tmp_path / "n.yaml", SHARED_NIC)
     path = small_scenario(tmp_path, topo, parallel={"tp": 1, "pp": 2, "dp": 8, "placement": placement}, nodes=4,
                           training={"global_batch_size": 32}, network={"backend": "flow"})

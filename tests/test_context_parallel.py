@@ -2,12 +2,11 @@
 when communication is free, and the plan rules."""
 import pytest
 import yaml
+from conftest import FlopCost, node_topology
 
 from simtrain.errors import ConfigError
-from simtrain.loading import load_scenario
 from simtrain.simulate import simulate
-
-from conftest import FlopCost, node_topology
+from simtrain.spec.loading import load_scenario
 
 h, heads, s = 256, 8, 1024
 d = h // heads

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from simtrain.devices import get_device, preset_names
+from simtrain.hardware.devices import get_device, preset_names
 
 
 def test_gemm_curve_worked_example():
@@ -29,7 +29,7 @@ def test_host_queue_by_hand():
     """Host issues an operator every c, the device runs them in order: c = 10 us with device times
     50, 5, 5 us ends at max(10 + 60, 20 + 10, 30 + 5) = 70 us (the long kernel lets the host run
     ahead); three 1 us kernels end at 3·10 + 1 = 31 us (host-bound); no host cost is the sum."""
-    from simtrain.costs import host_queue
+    from simtrain.cost.roofline import host_queue
     us = 1e-6
     assert host_queue([50 * us, 5 * us, 5 * us], 10 * us) == pytest.approx(70 * us)
     assert host_queue([1 * us] * 3, 10 * us) == pytest.approx(31 * us)
@@ -41,9 +41,9 @@ def test_profile_host_overhead_hides_behind_long_kernels():
     """With the A100 profile's per-operator host cost c, a segment's time is host_queue of the
     device times: never less than their sum plus one c, never more than the sum plus c per op,
     and equal to that upper bound for one op (`duration`)."""
-    from simtrain.costs import CalibratedRoofline
-    from simtrain.devices import find_profile, load_profile
-    from simtrain.workload import Op
+    from simtrain.cost.roofline import CalibratedRoofline
+    from simtrain.hardware.devices import find_profile, load_profile
+    from simtrain.workload.build import Op
     dev = load_profile(str(find_profile("a100-megatron-deepspeed", None)))
     costs = CalibratedRoofline(dev, "fp16")
     c = dev.op_overhead

@@ -5,12 +5,11 @@ import sys
 
 import pytest
 import yaml
+from conftest import small_scenario, write
 
-from simtrain.cli import main
+from simtrain.cli.main import main
 from simtrain.errors import ConfigError
-from simtrain.loading import load_scenario
-
-from conftest import ROOT, small_scenario, write
+from simtrain.spec.loading import load_scenario
 
 
 def test_all_problems_reported_together(tmp_path, fast_topology, capsys):
@@ -45,7 +44,7 @@ def test_bare_number_for_a_unit_names_file_key_and_spelled_form(tmp_path):
         scale_out: {nics_per_node: 8, nic_bandwidth: "200 Gb/s", latency: "5 us"}
     """)
     with pytest.raises(ConfigError) as e:
-        from simtrain.topology import load_topology
+        from simtrain.hardware.topology import load_topology
         load_topology(t, 1)
     msg = str(e.value)
     assert msg.startswith(f"{t}: scale_up.bandwidth: ")

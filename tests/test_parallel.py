@@ -1,8 +1,8 @@
 """Rank grid against a brute-force enumeration, and equivalence classes on small clusters."""
 import itertools
 
-from simtrain.parallel import RankGrid, equivalence_classes
-from simtrain.topology import load_topology
+from simtrain.hardware.topology import load_topology
+from simtrain.plan.grid import RankGrid, equivalence_classes
 
 
 def test_grid_matches_brute_force_order():

@@ -5,12 +5,11 @@ These are regression pins, not derivations: the values are what the simulator co
 that is meant to move a number updates the pin in its own commit and says why.
 """
 import pytest
-
-from simtrain import compare, search
-from simtrain.loading import load_scenario
-from simtrain.simulate import simulate
-
 from conftest import ROOT
+
+from simtrain.simulate import simulate
+from simtrain.spec.loading import load_scenario
+from simtrain.studies import compare, search
 
 KEYS = ("step_time_s", "mfu", "bubble_fraction", "peak_memory_bytes")
 

@@ -8,12 +8,11 @@ backward wave needs (p-1) b to drain, around m(f + b) of work per stage. Each st
 import json
 
 import pytest
-
-from simtrain.loading import load_scenario
-from simtrain.simulate import simulate
-from simtrain.workload import build_workload
-
 from conftest import small_scenario
+
+from simtrain.simulate import simulate
+from simtrain.spec.loading import load_scenario
+from simtrain.workload.build import build_workload
 
 EDGE = {"embedding", "embedding.bwd", "final_norm", "final_norm.bwd", "lm_head", "lm_head.dgrad",
         "lm_head.wgrad", "cross_entropy", "cross_entropy.bwd"}
@@ -65,7 +64,7 @@ def test_inflight_activations_follow_the_schedule(tmp_path, fast_topology):
 
 
 def test_same_input_gives_byte_identical_result(tmp_path, plain_topology):
-    from simtrain.results import to_json
+    from simtrain.results.io import to_json
     path = small_scenario(tmp_path, plain_topology, parallel={"tp": 2, "pp": 2, "dp": 2, "sequence_parallel": True, "zero_stage": 1},
                           nodes=2)
     outs = []
@@ -105,9 +104,9 @@ def test_plan_that_does_not_fit_is_simulated_and_says_by_how_much(tmp_path, fast
 
 
 def test_engine_reports_deadlock_with_the_blocked_ops():
-    from simtrain.engine import run
+    from simtrain.engine.core import run
     from simtrain.errors import DeadlockError
-    from simtrain.program import EOp
+    from simtrain.program.lowering import EOp
     a = EOp(id=0, cls=0, stream="compute", kind="compute", category="F", duration=1.0, label="F0", deps=[1])
     b = EOp(id=1, cls=1, stream="compute", kind="compute", category="F", duration=1.0, label="F1", deps=[0])
     with pytest.raises(DeadlockError, match="F0 waits on F1"):

@@ -1,14 +1,13 @@
 """Placement policies: rank -> device maps, their validation, the check warning, and their effect
 on a contended fabric."""
 import pytest
-
-from simtrain.cli import main
-from simtrain.errors import ConfigError
-from simtrain.loading import load_scenario
-from simtrain.parallel import RankGrid, placement
-from simtrain.simulate import simulate
-
 from conftest import small_scenario, write
+
+from simtrain.cli.main import main
+from simtrain.errors import ConfigError
+from simtrain.plan.grid import RankGrid, placement
+from simtrain.simulate import simulate
+from simtrain.spec.loading import load_scenario
 
 
 def test_order_placement_worked_example():
@@ -82,7 +81,7 @@ def test_oversubscription_slows_the_dp_rings_that_cross_the_spine(tmp_path):
 def test_scattered_placement_deals_nodes_over_the_leaves(tmp_path):
     """4 nodes of 4 GPUs, 2 nodes per leaf (2 leaves): Megatron node k goes to leaf k mod 2, slot
     k div 2, so nodes 0, 1, 2, 3 land on physical nodes 0, 2, 1, 3; GPUs keep their slot."""
-    from simtrain.topology import load_topology
+    from simtrain.hardware.topology import load_topology
     topo = load_topology(write(tmp_path / "t.yaml", """
         name: t
         kind: two_tier
@@ -96,7 +95,7 @@ def test_scattered_placement_deals_nodes_over_the_leaves(tmp_path):
 
 
 def test_zero_or_infinite_bandwidth_is_refused(tmp_path):
-    from simtrain.topology import load_topology
+    from simtrain.hardware.topology import load_topology
     for bad in ('"0 GB/s"', '"-8 Gb/s"', '"1e400 GB/s"'):
         f = write(tmp_path / "z.yaml", f"""
             name: z
@@ -112,7 +111,7 @@ def test_zero_or_infinite_bandwidth_is_refused(tmp_path):
 def test_rail_optimized_spine_class_crosses_the_spine(tmp_path):
     """Two rail-optimized units of 2 nodes, 2:1: the analytical 'spine' link class is a route
     through a spine (NIC 10 GB/s / 2 = 5 GB/s per flow under full load), not a detour over NVLink."""
-    from simtrain.topology import load_topology
+    from simtrain.hardware.topology import load_topology
     topo = load_topology(write(tmp_path / "r.yaml", """
         name: r
         kind: two_tier
@@ -129,8 +128,9 @@ def test_topology_aware_placement_is_accepted_in_a_scenario(tmp_path):
     """The policy loads through the scenario and gives a permutation that keeps each tp group
     inside a node (tp 4 on 4-device nodes)."""
     from conftest import small_scenario, write
-    from simtrain.loading import load_scenario
+
     from simtrain.simulate import simulate
+    from simtrain.spec.loading import load_scenario
     topo = write(tmp_path / "t.yaml", """
         name: t
         kind: two_tier
@@ -140,7 +140,7 @@ def test_topology_aware_placement_is_accepted_in_a_scenario(tmp_path):
     """)
     path = small_scenario(tmp_path, topo, parallel={"tp": 4, "pp": 2, "dp": 2, "placement": "topology_aware"}, nodes=4)
     sc, t = load_scenario(path)
-    from simtrain.parallel import RankGrid, placement_of
+    from simtrain.plan.grid import RankGrid, placement_of
     grid = RankGrid(4, 1, 2, 2)
     place = placement_of(sc, grid, t)
     assert sorted(place) == list(range(16))

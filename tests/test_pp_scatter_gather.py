@@ -7,10 +7,10 @@ above 1) send 1/tp of it from each rank and all-gather the slices over tp on the
 Expected values are derived by hand below."""
 import pytest
 import yaml
-
 from conftest import FlopCost, node_topology
-from simtrain.loading import load_scenario
+
 from simtrain.simulate import simulate
+from simtrain.spec.loading import load_scenario
 
 H, S = 256, 128
 

@@ -1,28 +1,27 @@
-"""Failure and recovery (simtrain.reliability): expected values from hand derivations and closed forms.
+"""Failure and recovery (simtrain.studies.reliability): expected values from hand derivations and closed forms.
 
 Notation: mu step time, N steps per checkpoint interval (tau = N mu), s checkpoint stall, w its
 background write, rho the slowdown while it runs, M the job MTBF, R the restart time.
 """
 import json
 import math
-import textwrap
 import subprocess
 import sys
+import textwrap
 from dataclasses import replace
 
 import numpy as np
 import pytest
 import yaml
+from conftest import ROOT, SHARED, write
 
 from simtrain.errors import ConfigError
-from simtrain.loading import load_scenario
-from simtrain.reliability import model as M
-from simtrain.reliability.config import defaults, load_spec, parse_duration
-from simtrain.reliability.job import BUCKETS, run_trial
-from simtrain.reliability.montecarlo import run_many, stats, summarize
-from simtrain.reliability.optimize import daly, daly_goodput, daly_wall, exact_optimum, grid, refine, young
-
-from conftest import ROOT, SHARED, write
+from simtrain.spec.loading import load_scenario
+from simtrain.studies.reliability import model as M
+from simtrain.studies.reliability.config import defaults, load_spec, parse_duration
+from simtrain.studies.reliability.job import BUCKETS, run_trial
+from simtrain.studies.reliability.montecarlo import run_many, stats, summarize
+from simtrain.studies.reliability.optimize import daly, daly_goodput, daly_wall, exact_optimum, grid, refine, young
 
 CAT = ("x", 1 / 3600.0, "restart", "crash", "x", False)      # restart in place, MTBF 1 h
 
@@ -298,7 +297,7 @@ def test_checkpoint_size_deduplicates_replicas_for_every_plan(tmp_path, plan):
     # whatever the plan, the unique state is the model's: 14 bytes x P (the padded vocabulary of
     # tp 4 / tp 8 adds at most 0.2 % over the published-vocabulary count)
     from simtrain.simulate import simulate
-    from simtrain.workload import parameter_counts
+    from simtrain.workload.build import parameter_counts
     f = write(tmp_path / "p.yaml", scen().replace("tp: 8, pp: 1, dp: 8, zero_stage: 1", plan))
     sc, topo = load_scenario(f)
     size, how = M.checkpoint_bytes(simulate(sc, topo).result["memory"], sc)
@@ -355,7 +354,7 @@ def test_same_seed_identical_processes_do_not_matter_and_resume(tmp_path, monkey
     files = sorted(store.rglob("*.json"))
     assert len(files) == 5
     files[2].unlink()                                    # as if interrupted before this chunk finished
-    import simtrain.reliability.montecarlo as mc
+    import simtrain.studies.reliability.montecarlo as mc
     calls = []
     real = mc.run_trial
     monkeypatch.setattr(mc, "run_trial", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
@@ -406,7 +405,7 @@ def pipeline_run(tmp_path_factory):
 
 
 def test_replay_without_fault_is_the_step_timeline(pipeline_run):
-    from simtrain.reliability.instep import replay
+    from simtrain.studies.reliability.instep import replay
     tl = pipeline_run.timeline
     d = [tl.end[i] - tl.start[i] for i in range(len(pipeline_run.ops))]
     start, end, status, blocked = replay(pipeline_run.ops, d)
@@ -415,7 +414,7 @@ def test_replay_without_fault_is_the_step_timeline(pipeline_run):
 
 
 def test_fault_inside_a_step_cuts_in_flight_work_and_peers_wait_for_the_watchdog(pipeline_run):
-    from simtrain.reliability.instep import inject, trace
+    from simtrain.studies.reliability.instep import inject, trace
     run = pipeline_run
     tl = run.timeline
     c0 = next(c for c in run.classes if c.stage == 0)
@@ -455,7 +454,7 @@ def test_token_budget_with_a_short_last_interval_and_timeline_covers_the_run():
 
 
 def test_study_answers_a_token_budget_in_process(tmp_path):
-    from simtrain.reliability.study import study, summary
+    from simtrain.studies.reliability.study import study, summary
     f = write(tmp_path / "s.yaml", scen("reliability: {trials: 3, step_time: '5 s', checkpoint: {size: '0.5 TB'}}\n"))
     r = study(f, tokens=64 * 8192 * 2000)            # 2,000 steps of 64 x 8,192 tokens
     assert r["target_tokens"] == 64 * 8192 * 2000 and r["time_s"]["mean"] > 2000 * 5.0
@@ -467,7 +466,7 @@ def test_shipped_scenario_answers_the_30_day_question():
     # Llama 3 (Sec. 3.3.4) reports "higher than 90 % effective training time" for this job; the
     # failure counts are its own, the recovery times our documented defaults: the answer must land
     # in that range, and the Daly interval (8.8 min) must be what the scenario runs
-    from simtrain.reliability.study import study
+    from simtrain.studies.reliability.study import study
     r = study(ROOT / "scenarios" / "llama3-405b-h100-16384-goodput.yaml", trials=20, days=30)
     assert 0.90 < r["goodput"]["mean"] < 0.93
     # and Daly's closed form, with the planned stops' restarts, within the Monte-Carlo interval
@@ -480,7 +479,7 @@ def test_shipped_scenario_answers_the_30_day_question():
 @pytest.mark.slow
 def test_shipped_scenario_sweep_optimum_matches_daly():
     # the README figure's claim at 200 trials per interval: the simulated optimum within 5 % of Daly
-    from simtrain.reliability.study import study
+    from simtrain.studies.reliability.study import study
     r = study(ROOT / "scenarios" / "llama3-405b-h100-16384-goodput.yaml", trials=200, sweep=True, sweep_points=9, jobs=2)
     s = r["sweep"]
     assert abs(s["refined_optimum_s"] / s["daly_s"] - 1) < 0.05

@@ -4,12 +4,11 @@ against the full graph."""
 import numpy as np
 import pytest
 import yaml
-
-from simtrain.loading import load_scenario
-from simtrain.simulate import simulate
-from simtrain.topology import find_topology_file, load_topology
-
 from conftest import small_scenario
+
+from simtrain.hardware.topology import find_topology_file, load_topology
+from simtrain.simulate import simulate
+from simtrain.spec.loading import load_scenario
 
 FAT_TREES = ["dgx-h100", "dgx-a100-2to1", "hgx-h800-multiplane", "dgx-h100-superpod-3level", "gb200-nvl72"]
 
@@ -104,7 +103,7 @@ def test_closed_form_estimate(tmp_path, fast_topology):
     """pp 1: the simulated step is m x (t_F + t_B) + the optimizer step (free communication), which
     is the estimate's formula exactly; with pp 4 and unequal stages (embedding, head) the
     estimate's max-stage bound is at least the simulated step."""
-    from simtrain.estimate import estimate
+    from simtrain.studies.estimate import estimate
     sc, topo = load_scenario(small_scenario(tmp_path, fast_topology, parallel={"tp": 1, "pp": 1, "dp": 4},
                                             training={"global_batch_size": 16}))
     sim = simulate(sc, topo, _Flops()).result["step_time_s"]
@@ -128,7 +127,7 @@ def test_closed_form_estimate_interleaved(tmp_path, fast_topology):
     """Interleaved 1F1B, pp 2, vpp 2, 8 microbatches: the estimate's (m·v + p − 1) chunk times is
     an upper bound of the simulated step (stages differ by the embedding and head) and within 30 %
     of it (dividing by v twice, as an earlier version did, gave a quarter of it)."""
-    from simtrain.estimate import estimate
+    from simtrain.studies.estimate import estimate
     sc, topo = load_scenario(small_scenario(tmp_path, fast_topology, parallel={"tp": 1, "pp": 2, "dp": 2,
                                                                                "schedule": "interleaved_1f1b", "vpp": 2},
                                             training={"global_batch_size": 16}))
@@ -155,7 +154,7 @@ def test_span_from_leaves_matches_span_class(name):
 def test_group_arrays_from_the_rank_layout_match_the_groups(dims):
     """The transposed-layout groups (tp, cp, dp, pp and the expert grid) against the per-rank
     definition of `RankGrid.groups`: the same members in the same order, and each rank's index."""
-    from simtrain.parallel import RankGrid
+    from simtrain.plan.grid import RankGrid
     grid = RankGrid(*dims)
     for k in ("tp", "cp", "dp", "pp", "etp", "ep", "edp"):
         members, index = grid.group_arrays(k)

@@ -4,17 +4,15 @@ of the schedule papers reproduced by the full simulation with uniform costs and 
 Notation: p pipeline ranks, m microbatches, v chunks per rank; T_F, T_B, T_W the time of one
 stage's forward, input-gradient and weight-gradient backward for one microbatch.
 """
-import itertools
 
 import pytest
+from conftest import small_scenario
 
 from simtrain.errors import ScheduleError
-from simtrain.loading import load_scenario
 from simtrain.schedules import SCHEDULES, Action, build_schedule, make, timed_execution, validate
 from simtrain.simulate import simulate
-from simtrain.workload import build_workload
-
-from conftest import small_scenario
+from simtrain.spec.loading import load_scenario
+from simtrain.workload.build import build_workload
 
 EDGE = {"embedding", "embedding.bwd", "final_norm", "final_norm.bwd", "lm_head", "lm_head.dgrad",
         "lm_head.wgrad", "cross_entropy", "cross_entropy.bwd"}

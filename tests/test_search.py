@@ -3,13 +3,13 @@ import itertools
 
 import pytest
 import yaml
-
 from conftest import small_scenario
-from simtrain.cli import main
+
+from simtrain.cli.main import main
 from simtrain.errors import Collector, ConfigError
-from simtrain.loading import build_scenario, load_scenario
-from simtrain.search import Plan, closed_form, enumerate_plans, memory_bounds, pareto, plan_raw, search
 from simtrain.simulate import simulate
+from simtrain.spec.loading import build_scenario, load_scenario
+from simtrain.studies.search import Plan, closed_form, enumerate_plans, memory_bounds, pareto, plan_raw, search
 
 FIX4 = ["parallel.sequence_parallel=false", "training.recompute=none", "parallel.zero_stage=0", "parallel.schedule=1f1b"]
 
@@ -24,7 +24,7 @@ def test_enumeration_matches_the_hand_listed_plans(tmp_path, plain_topology):
     hand = {(1, 1, 4): (1, 2), (1, 2, 2): (1, 2, 4), (1, 4, 1): (1, 2, 4, 8),
             (2, 1, 2): (1, 2, 4), (2, 2, 1): (1, 2, 4, 8), (4, 1, 1): (1, 2, 4, 8)}
     want = {(t, p, d, m) for (t, p, d), mbs in hand.items() for m in mbs}
-    from simtrain.search import parse_fixes
+    from simtrain.studies.search import parse_fixes
     plans = enumerate_plans(sc.model, 8, 4, [1], parse_fixes(FIX4, str(path)))
     assert {(x.tp, x.pp, x.dp, x.micro_batch_size) for x in plans} == want and len(plans) == 20
     # every one of them passes the loader (1F1B takes any microbatch count, 8 layers split over pp 1, 2, 4)
@@ -87,7 +87,7 @@ def test_fix_is_respected(tmp_path, plain_topology, capsys):
 
 
 def test_uneven_split_puts_the_lighter_stages_at_the_ends():
-    from simtrain.search import uneven_split
+    from simtrain.studies.search import uneven_split
     # 126 = 16 x 7 + 14: 14 stages of 8, the other 2 (first and last) of 7 -- the shipped 405B split
     assert uneven_split(126, 16) == (7,) + (8,) * 14 + (7,)
     # 10 = 4 x 2 + 2: two light stages at the ends; 8 over 4 divides evenly (no split needed)

@@ -2,12 +2,11 @@
 from pathlib import Path
 
 import pytest
-
-from simtrain.loading import load_scenario
-from simtrain.simulate import simulate
-from simtrain.topology import load_topology, shipped_topologies
-
 from conftest import ROOT
+
+from simtrain.hardware.topology import load_topology, shipped_topologies
+from simtrain.simulate import simulate
+from simtrain.spec.loading import load_scenario
 
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 
@@ -41,7 +40,7 @@ def test_contract_scenario_shape():
 def test_shipped_profile_loads(name):
     """Every shipped device profile loads onto its base preset; measured collective tables carry
     their source."""
-    from simtrain.devices import find_profile, load_profile
+    from simtrain.hardware.devices import find_profile, load_profile
     dev = load_profile(str(find_profile(name, None)))
     assert dev.key == name
     for t in dev.collectives:

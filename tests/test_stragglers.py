@@ -2,14 +2,11 @@
 counterfactual and the critical path, and hand-derived slowdowns."""
 import pytest
 import yaml
-
-from simtrain.errors import ConfigError
-from simtrain.loading import load_scenario
-from simtrain.simulate import simulate
-
 from conftest import FlopCost, small_scenario
 
-
+from simtrain.errors import ConfigError
+from simtrain.simulate import simulate
+from simtrain.spec.loading import load_scenario
 
 
 def scen(tmp_path, topo, cluster_extra, par=None, name="s.yaml", nodes=4, gbs=16):
@@ -119,7 +116,7 @@ def test_balanced_layers_follow_device_speed(tmp_path, plain_topology):
     pp 2 in proportion to each device's time for one layer under its own calibrated costs
     (stage_speeds), largest remainder: the H100 stage gets more; the same devices everywhere
     give 4 + 4; and the split follows the ratio of the two layer times by hand."""
-    from simtrain.workload import balanced_layers, stage_speeds
+    from simtrain.workload.build import balanced_layers, stage_speeds
     extra = {"mixed": [{"nodes": 2, "device": "h100-sxm5-80gb"}]}
     sc, topo = scen(tmp_path, plain_topology, extra, par={"tp": 2, "pp": 2, "dp": 4, "layers_per_stage": "balanced"})
     v = stage_speeds(sc, 2)
@@ -136,10 +133,10 @@ def test_a_slow_device_does_not_slow_the_host():
     """ScaledCosts scales the device time of each operator, not the profile's host issue cost c:
     one operator takes factor x device time + c, and a host-bound run of short operators is
     still n·c + the last one's (slowed) device time."""
-    from simtrain.costs import CalibratedRoofline
-    from simtrain.devices import find_profile, load_profile
-    from simtrain.stragglers import ScaledCosts
-    from simtrain.workload import Op
+    from simtrain.cost.roofline import CalibratedRoofline
+    from simtrain.cost.scaled import ScaledCosts
+    from simtrain.hardware.devices import find_profile, load_profile
+    from simtrain.workload.build import Op
     dev = load_profile(str(find_profile("a100-megatron-deepspeed", None)))
     base = CalibratedRoofline(dev, "fp16")
     slow = ScaledCosts(base, 2.0, 3.0)

@@ -3,11 +3,11 @@ import json
 import sqlite3
 
 import pytest
-
 from conftest import small_scenario
-from simtrain.cli import main
+
+from simtrain.cli.main import main
 from simtrain.errors import ConfigError
-from simtrain.sweep import parse_grid, sweep
+from simtrain.studies.sweep import parse_grid, sweep
 
 # 4 devices (one node), global batch 8. tp and pp change together (tp x pp = 4, dp 1): a grid axis whose
 # values are YAML maps sets the whole parallel section. tp=3 does not divide the 8 heads: a failing point.

@@ -8,13 +8,12 @@ import math
 
 import networkx as nx
 import pytest
+from conftest import ROOT, small_scenario, write
 
 from simtrain.errors import ConfigError
-from simtrain.flows import FlowNetwork
-from simtrain.parallel import RankGrid, placement
-from simtrain.topology import load_topology, shipped_topologies
-
-from conftest import ROOT, small_scenario, write
+from simtrain.hardware.topology import load_topology, shipped_topologies
+from simtrain.network.flows import FlowNetwork
+from simtrain.plan.grid import RankGrid, placement
 
 
 def kinds(g):
@@ -397,7 +396,7 @@ def test_topology_aware_keeps_tp_in_an_nvl72_rack_and_dp_on_a_rail():
 
 
 def test_check_warns_when_tp_crosses_an_nvl72_rack(tmp_path, capsys):
-    from simtrain.cli import main
+    from simtrain.cli.main import main
     path = small_scenario(tmp_path, ROOT / "topologies" / "gb200-nvl72.yaml", nodes=2,
                           parallel={"tp": 8, "pp": 2, "dp": 9}, training={"global_batch_size": 36})
     assert main(["check", str(path), "--set", "parallel.placement=dp-pp-tp-cp"]) == 0
@@ -442,8 +441,8 @@ def _plan(topo, nodes):
 
 @pytest.mark.parametrize("path", shipped_topologies(), ids=lambda p: p.stem)
 def test_a_scenario_runs_on_every_shipped_topology_with_both_backends(tmp_path, path):
-    from simtrain.loading import load_scenario
     from simtrain.simulate import simulate
+    from simtrain.spec.loading import load_scenario
     par, tr = _plan(load_topology(path, 2), 2)
     f = small_scenario(tmp_path, path, nodes=2, parallel=par, training=tr)
     res = {}

@@ -7,7 +7,6 @@ up to 10 % (that set has no published target)."""
 import importlib.util
 
 import pytest
-
 from conftest import ROOT, SHARED
 
 pytestmark = [pytest.mark.slow,

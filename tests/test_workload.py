@@ -4,12 +4,11 @@ Model: h = 256, a = 8 heads, f = 4h = 1024, s = 128, b = 1, L = 8, V = 1024 (alr
 of 128·tp, so no padding).
 """
 import pytest
-
-from simtrain.loading import load_scenario
-from simtrain.simulate import static_memory
-from simtrain.workload import _Builder, build_workload, model_flops_per_step, padded_vocab
-
 from conftest import small_scenario
+
+from simtrain.simulate import static_memory
+from simtrain.spec.loading import load_scenario
+from simtrain.workload.build import _Builder, build_workload, model_flops_per_step, padded_vocab
 
 s, b, h, a, L, V = 128, 1, 256, 8, 8, 1024
 

@@ -156,9 +156,9 @@ def _nvidia_driver() -> str:
 def scenario_shapes(path: str) -> tuple:
     """(gemm (m, n, k) shapes, attention (b, heads, seq, head_dim, causal) shapes) that the
     scenario's workload runs on one rank, each once."""
-    from simtrain.loading import load_scenario
     from simtrain.schedules import schedule_for
-    from simtrain.workload import build_workload
+    from simtrain.spec.loading import load_scenario
+    from simtrain.workload.build import build_workload
     sc, _ = load_scenario(path)
     work = build_workload(sc, schedule_for(sc.parallel, sc.num_microbatches).num_stages)
     gemms, attn = [], []
@@ -254,6 +254,7 @@ def run_collectives(acc: Accelerator, dtype: str, sizes, warmup: int, reps: int,
     (for all-gather / reduce-scatter the per-rank count x ranks)."""
     torch = acc.torch
     import torch.distributed as dist
+
     from simtrain.calibration.nccl_tests import bus_factor
     backend = {"cuda": "nccl", "mlu": "cncl", "cpu": "gloo"}[acc.kind]
     if not dist.is_initialized():
@@ -336,7 +337,8 @@ def sizes_between(lo: int, hi: int, factor: int = 2) -> list:
 def main(args) -> int:
     """The `simtrain bench` command (see cli)."""
     import yaml
-    from simtrain.results import write_atomic
+
+    from simtrain.results.io import write_atomic
     torch = torch_or_exit()
     acc = Accelerator(torch, None if args.device == "auto" else args.device)
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None

@@ -138,7 +138,7 @@ def fit_alpha_beta(points: list) -> tuple:
 
 def build_profile(files: list, device: str, base: str, command: str) -> dict:
     from simtrain.calibration.nccl_tests import bus_factor
-    from simtrain.devices import preset_names
+    from simtrain.hardware.devices import preset_names
     errs = Collector("simtrain calibrate")
     if base not in preset_names():
         errs.add("--base", f"unknown preset {base!r}", f"use one of: {', '.join(preset_names())}")
@@ -197,8 +197,9 @@ def _sources(rows: list, dtype: str | None = None) -> str:
 
 
 def main(args) -> int:
-    from simtrain.results import write_atomic
     import sys
+
+    from simtrain.results.io import write_atomic
     prof = build_profile(args.files, args.device, args.base, getattr(args, "command_line", "simtrain calibrate"))
     write_atomic(args.out, yaml.safe_dump(prof, sort_keys=False).encode())
     kinds = [k for k in ("gemm", "memory_bound", "flash_attention", "collectives") if k in prof]

@@ -301,4 +301,4 @@ def timed_execution(s: Schedule, cost: Callable, comm: float = 0.0) -> tuple:
 
 
 # the shipped schedules register themselves on import
-from simtrain.schedules import basic, zero_bubble, dualpipe  # noqa: E402,F401
+from simtrain.schedules import basic, dualpipe, zero_bubble  # noqa: E402,F401

@@ -1,0 +1,1 @@
+"""Stage 6: the SimPy discrete-event engine that runs the programs and records a timeline."""

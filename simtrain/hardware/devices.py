@@ -1,0 +1,358 @@
+"""Device presets (spec stage): peak throughput, memory, and measured efficiency curves.
+
+Presets live in `simtrain/data/devices.yaml`, each number with its source. Efficiency curves are
+built from operator-level microbenchmarks only (GEMM sweeps, STREAM copy, FlashAttention), never
+from end-to-end training throughput. A device without its own measurement borrows another's curve
+and the borrowed origin travels with it, so a result can say which costs rest on what.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from simtrain import resources
+from simtrain.units import parse_bandwidth, parse_bytes, parse_flops
+
+DATA = resources.DATA
+
+
+def gemm_class(dtype: str) -> str:
+    """GEMM curves are kept per precision class: 16-bit (fp16/bf16 share tensor-core rates), fp8,
+    or 32-bit (fp32/tf32, which a training step's matmuls do not use)."""
+    return {"fp8": "fp8", "fp32": "32bit", "tf32": "32bit"}.get(dtype, "16bit")
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Efficiency (measured / peak) against a size, interpolated linearly in log2(size).
+
+    GEMM curves are swept over square shapes; the cost model places an (m, n, k) GEMM on them by
+    the cube root of m·n·k (the side of the square GEMM with the same work). Example (A100, fp16):
+    2048³ -> 221.8/312 = 0.711; 2048 x 4608 x 12288 has side 4878, between 4096 (0.731) and 8192
+    (0.813) -> 0.731 + (0.813 - 0.731) · log2(4878/4096) = 0.751.
+    """
+    points: tuple        # ((size, efficiency), ...) sorted by size
+    origin: str          # device key whose measurement this is
+    source: str
+
+    def at(self, size: float) -> tuple[float, bool]:
+        """(efficiency, inside measured coverage). Outside the sweep the nearest end value is used."""
+        pts = self.points
+        if size <= pts[0][0]:
+            return pts[0][1], size >= pts[0][0] * 0.999
+        if size >= pts[-1][0]:
+            return pts[-1][1], size <= pts[-1][0] * 1.001
+        x = math.log2(size)
+        for (s0, e0), (s1, e1) in zip(pts, pts[1:]):
+            if s0 <= size <= s1:
+                x0, x1 = math.log2(s0), math.log2(s1)
+                return e0 + (e1 - e0) * (x - x0) / (x1 - x0), True
+        raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class ShapeCurve:
+    """GEMM efficiency over measured (m, n, k) shapes, interpolated in x = log2 FLOPs and
+    y = log2 arithmetic intensity (FLOPs per byte of A, B and C).
+
+    Measured shapes are grouped into intensity levels (equal y); inside a level the efficiency is
+    piecewise linear in x, between the two levels that bracket a query it is linear in y. So a
+    measured shape gets exactly its measured efficiency (shapes with the same FLOPs and intensity,
+    such as permutations of m, n, k, share the mean of theirs), and along a level the result is
+    monotone wherever the measurements are. A sweep of square shapes makes one level per size,
+    so shapes between them are interpolated across levels and reported as outside coverage. Outside the measured x range of a level, or the y
+    range of all levels, the nearest measured value is used and the lookup is reported.
+    Example: levels y = 6 {x 20: 0.4, x 30: 0.8} and y = 8 {x 20: 0.5, x 30: 0.9}; the query
+    (x 25, y 7) is 0.6 on level 6 and 0.7 on level 8, so 0.65.
+    """
+    levels: tuple        # ((y, ((x, eff), ...)), ...) sorted by y, points sorted by x
+    origin: str
+    source: str
+    esize: float         # bytes per element the intensities were computed with
+
+    @staticmethod
+    def from_points(points, peak: float, esize: float, origin: str, source: str) -> "ShapeCurve":
+        by_y: dict = {}
+        for m, n, k, flops_per_s in points:
+            x, y = ShapeCurve.coords(m, n, k, esize)
+            by_y.setdefault(round(y, 6), {}).setdefault(round(x, 9), []).append(flops_per_s / peak)
+        # shapes with the same FLOPs and intensity (permutations of m, n, k) share their mean
+        levels = tuple((y, tuple((x, sum(v) / len(v)) for x, v in sorted(pts.items()))) for y, pts in sorted(by_y.items()))
+        return ShapeCurve(levels, origin, source, esize)
+
+    @staticmethod
+    def coords(m, n, k, esize) -> tuple:
+        flops = 2.0 * m * n * k
+        return math.log2(flops), math.log2(flops / (esize * (m * k + k * n + m * n)))
+
+    @staticmethod
+    def _along(pts, x) -> tuple:
+        for px, e in pts:             # a measured point (stored rounded to 1e-9)
+            if abs(x - px) < 1e-9:
+                return e, True
+        if x <= pts[0][0]:
+            return pts[0][1], x >= pts[0][0] - 1e-9
+        if x >= pts[-1][0]:
+            return pts[-1][1], x <= pts[-1][0] + 1e-9
+        for (x0, e0), (x1, e1) in zip(pts, pts[1:]):
+            if x0 <= x <= x1:
+                return e0 + (e1 - e0) * (x - x0) / (x1 - x0), True
+        raise AssertionError("unreachable")
+
+    def side_range(self) -> tuple:
+        """The measured range as the cube root of m·n·k (for coverage notes)."""
+        xs = [x for _, pts in self.levels for x, _ in pts]
+        return ((2 ** min(xs) / 2) ** (1 / 3), (2 ** max(xs) / 2) ** (1 / 3))
+
+    def at_shape(self, m, n, k) -> tuple[float, bool]:
+        x, y = self.coords(max(m, 1.0), max(n, 1.0), max(k, 1.0), self.esize)
+        lv = self.levels
+        for ly, pts in lv:            # on a measured level (levels are stored rounded to 1e-6)
+            if abs(y - ly) < 1e-6:
+                return self._along(pts, x)
+        if y <= lv[0][0] or len(lv) == 1:
+            e, inside = self._along(lv[0][1], x)
+            return e, inside and abs(y - lv[0][0]) < 1e-6
+        if y >= lv[-1][0]:
+            e, inside = self._along(lv[-1][1], x)
+            return e, inside and abs(y - lv[-1][0]) < 1e-6
+        for (y0, p0), (y1, p1) in zip(lv, lv[1:]):
+            if y0 <= y <= y1:
+                e0, i0 = self._along(p0, x)
+                e1, i1 = self._along(p1, x)
+                return e0 + (e1 - e0) * (y - y0) / (y1 - y0), i0 and i1
+        raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class Device:
+    key: str
+    name: str
+    vendor: str
+    arch: str
+    confidence: str
+    source: str
+    peak_flop_per_s: dict          # dtype -> FLOP/s
+    memory_bytes: float
+    memory_bw: float               # bytes/s, datasheet
+    gemm: dict                     # gemm_class -> Curve (size = cube root of m*n*k)
+    mem_efficiency: float
+    mem_origin: str
+    flash: Curve | None            # size = sequence length
+    gemm_shapes: tuple = ()        # ((gemm_class, ShapeCurve), ...) from a measured profile
+    mem_curve: Curve | None = None # memory-bound efficiency by bytes moved, from a measured profile
+    profile: str = ""              # the profile file this device comes from, if any
+    base: str = ""                 # the preset a profile refines (empty for a preset itself)
+    collectives: tuple = ()        # measured collective sweeps of the profile (dicts)
+    op_overhead: float = 0.0       # host issue time per compute operator (seconds; see costs.host_queue)
+    op_overhead_source: str = ""
+    profile_status: str = ""       # "uncalibrated" for a profile that holds specifications only
+
+    def peak(self, dtype: str) -> float:
+        return self.peak_flop_per_s[dtype]
+
+
+def _raw() -> dict:
+    with open(DATA / "devices.yaml") as f:
+        return yaml.safe_load(f)
+
+
+@lru_cache(maxsize=None)
+def preset_names() -> tuple:
+    return tuple(_raw().keys())
+
+
+def _own(key: str, d: dict):
+    peaks = {k: parse_flops(v) for k, v in d["peak"].items()}
+    gemm = {}
+    for g in d.get("gemm", ()):
+        peak = peaks[g["dtype"]]
+        pts = tuple(sorted((float(s), t * 1e12 / peak) for s, t in g["tflops_by_size"].items()))
+        gemm[gemm_class(g["dtype"])] = Curve(pts, key, g["source"])
+    mem = None
+    if "memory_bound" in d:
+        mem = parse_bandwidth(d["memory_bound"]["bandwidth"]) / parse_bandwidth(d["memory"]["bandwidth"])
+    flash = None
+    if "flash_attention" in d:
+        fa = d["flash_attention"]
+        peak16 = peaks.get("bf16", peaks.get("fp16"))
+        pts = tuple(sorted((float(s), t * 1e12 / peak16) for s, t in fa["causal_tflops_by_seq"].items()))
+        flash = Curve(pts, key, fa["source"])
+    return gemm, mem, flash
+
+
+@lru_cache(maxsize=None)
+def get_device(key: str) -> Device:
+    raw = _raw()
+    d = raw[key]
+    gemm, mem, flash = _own(key, d)
+    mem_origin = key if mem is not None else ""
+    lender, seen = d.get("borrows"), {key}
+    while lender:
+        if lender in seen:
+            raise ValueError(f"devices.yaml: borrow cycle at {lender}")
+        seen.add(lender)
+        lg, lm, lf = _own(lender, raw[lender])
+        for cls, c in lg.items():
+            gemm.setdefault(cls, c)
+        if mem is None and lm is not None:
+            mem, mem_origin = lm, lender
+        if flash is None and lf is not None:
+            flash = lf
+        lender = raw[lender].get("borrows")
+    if "16bit" not in gemm or mem is None:
+        raise ValueError(f"devices.yaml: {key} has no 16-bit GEMM or memory curve, even borrowed")
+    return Device(
+        key=key, name=d["name"], vendor=d["vendor"], arch=d["arch"], confidence=d["confidence"],
+        source=d["source"], peak_flop_per_s={k: parse_flops(v) for k, v in d["peak"].items()},
+        memory_bytes=parse_bytes(d["memory"]["capacity"]), memory_bw=parse_bandwidth(d["memory"]["bandwidth"]),
+        gemm=gemm, mem_efficiency=mem, mem_origin=mem_origin, flash=flash,
+    )
+
+
+def describe(key: str) -> str:
+    d = _raw()[key]
+    return f"{key:16s} {d['name']} — {d['source']}"
+
+
+REPO_PROFILES = DATA / "profiles"
+ESIZE = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
+
+
+def find_profile(ref: str, scenario_dir: Path | None) -> Path | None:
+    """A profile named by a path (relative to the scenario or the current directory) or by the
+    name of a shipped one (simtrain/data/profiles/NAME.yaml)."""
+    p = Path(ref)
+    for c in ([scenario_dir / p] if scenario_dir is not None else []) + [Path.cwd() / p, REPO_PROFILES / p.name,
+                                                                        REPO_PROFILES / f"{ref}.yaml"]:
+        if c.is_file():
+            return c
+    return None
+
+
+@lru_cache(maxsize=None)
+def load_profile(path: str) -> Device:
+    """A device from a profile written by `simtrain calibrate` (schema simtrain-profile/1): the
+    base preset, with every measured curve of the profile in place of the preset's."""
+    import dataclasses
+
+    from simtrain.errors import Collector
+    errs = Collector(path)
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        errs.add("", f"not a YAML profile ({e})", "give a file written by simtrain calibrate")
+        errs.raise_if_any()
+    if not isinstance(doc, dict) or doc.get("schema") != "simtrain-profile/1":
+        errs.add("schema", "not a simtrain device profile (schema simtrain-profile/1)", "give a file written by simtrain calibrate")
+        errs.raise_if_any()
+    if doc.get("base") not in preset_names():
+        errs.add("base", f"unknown base preset {doc.get('base')!r}", f"use one of: {', '.join(preset_names())}")
+        errs.raise_if_any()
+    _check_profile(doc, errs)
+    errs.raise_if_any()
+    base = get_device(doc["base"])
+    key = str(doc.get("device") or Path(path).stem)
+    gemm, shapes = dict(base.gemm), []
+    for i, g in enumerate(doc.get("gemm") or []):
+        dt = g.get("dtype")
+        peak = base.peak_flop_per_s.get(dt)
+        pts = g.get("points") or []
+        if peak is None:
+            errs.add(f"gemm[{i}].dtype", f"{base.key} has no {dt} peak to compare the measurement with", "measure a dtype the base preset has")
+            continue
+        if not pts:
+            errs.add(f"gemm[{i}].points", "empty", "give at least one measured shape")
+            continue
+        sc = ShapeCurve.from_points([(p["m"], p["n"], p["k"], p["tflops"] * 1e12) for p in pts], peak, ESIZE.get(dt, 2.0),
+                                    key, str(g.get("source", "")))
+        shapes.append((gemm_class(dt), sc))
+    mem_curve = base_mem = None
+    mb = doc.get("memory_bound")
+    if mb and mb.get("points"):
+        mem_curve = Curve(tuple(sorted((float(p["bytes"]), p["bandwidth_GBps"] * 1e9 / base.memory_bw) for p in mb["points"])),
+                          key, str(mb.get("source", "")))
+        base_mem = max(e for _, e in mem_curve.points)
+    flash = base.flash
+    fa = doc.get("flash_attention")
+    if fa and fa.get("points"):
+        peak16 = base.peak_flop_per_s.get("bf16", base.peak_flop_per_s.get("fp16"))
+        flash = Curve(tuple(sorted((float(p["seq"]), p["tflops"] * 1e12 / peak16) for p in fa["points"])), key, str(fa.get("source", "")))
+    ov = doc.get("op_overhead") or {}
+    overhead = 0.0
+    if ov:
+        from simtrain.units import PARSERS, UnitError
+        try:
+            overhead = PARSERS["time"](ov.get("per_operator"))
+        except (UnitError, TypeError) as e:
+            errs.add("op_overhead.per_operator", str(e), 'write e.g. "45 us"')
+        if not ov.get("source"):
+            errs.add("op_overhead.source", "missing", "say where the overhead was measured")
+    errs.raise_if_any()
+    return dataclasses.replace(
+        base, key=key, base=base.key, op_overhead=overhead, profile_status=str(doc.get("status", "")), op_overhead_source=str(ov.get("source", "")), name=f"{base.name} (profile {Path(path).name})", gemm=gemm, gemm_shapes=tuple(shapes),
+        mem_curve=mem_curve, mem_efficiency=base_mem if base_mem is not None else base.mem_efficiency,
+        mem_origin=key if mem_curve is not None else base.mem_origin, flash=flash, profile=str(path),
+        collectives=tuple(doc.get("collectives") or ()))
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 and math.isfinite(x)
+
+
+def _check_profile(doc: dict, errs) -> None:
+    """Every measured section of a profile: lists of mappings with positive numbers, each problem
+    at its key path (e.g. gemm[0].points[2].tflops)."""
+    fix = "give the file simtrain calibrate wrote, or fix the value"
+
+    def points(path, sect, keys):
+        pts = sect.get("points") if isinstance(sect, dict) else None
+        if not isinstance(pts, list) or not pts:
+            errs.add(f"{path}.points", "missing or empty", fix)
+            return
+        for j, pt in enumerate(pts):
+            if not isinstance(pt, dict):
+                errs.add(f"{path}.points[{j}]", "expected a mapping", fix)
+                continue
+            for k in keys:
+                if not _positive(pt.get(k)):
+                    errs.add(f"{path}.points[{j}].{k}", f"expected a number > 0, got {pt.get(k)!r}", fix)
+
+    for name, keys in (("gemm", ("m", "n", "k", "tflops")),):
+        sects = doc.get(name) or []
+        if not isinstance(sects, list):
+            errs.add(name, "expected a list", fix)
+            continue
+        for i, g in enumerate(sects):
+            if not isinstance(g, dict):
+                errs.add(f"{name}[{i}]", "expected a mapping with dtype and points", fix)
+                continue
+            points(f"{name}[{i}]", g, keys)
+    for name, keys in (("memory_bound", ("bytes", "bandwidth_GBps")), ("flash_attention", ("seq", "tflops"))):
+        if doc.get(name) is not None:
+            points(name, doc[name], keys)
+    colls = doc.get("collectives") or []
+    if not isinstance(colls, list):
+        errs.add("collectives", "expected a list", fix)
+        colls = []
+    for i, c in enumerate(colls):
+        if not isinstance(c, dict):
+            errs.add(f"collectives[{i}]", "expected a mapping", fix)
+            continue
+        for k in ("ranks", "nodes"):
+            if not isinstance(c.get(k), int) or c.get(k) < 1:
+                errs.add(f"collectives[{i}].{k}", f"expected a whole number >= 1, got {c.get(k)!r}", fix)
+        points(f"collectives[{i}]", c, ("bytes", "time_us"))
+    ov = doc.get("op_overhead")
+    if ov is not None and not isinstance(ov, dict):
+        errs.add("op_overhead", "expected a mapping with per_operator and source", 'write e.g. `op_overhead: {per_operator: "45 us", source: "..."}`')
+
+
+def device_of(cluster) -> Device:
+    """The scenario's device: its profile when it names one, else the preset."""
+    prof = getattr(cluster, "device_profile", "")
+    return load_profile(prof) if prof else get_device(cluster.device)

@@ -1,0 +1,283 @@
+"""`kind: explicit`: every device, switch, NIC and link listed in the file.
+
+    devices_per_node: 2               # devices per scale-up domain; devices are listed domain by domain
+    devices: [n0.gpu0, n0.gpu1, ...]  # names, in device-index order
+    switches:                         # kind: scale_up_switch | nic | switch | leaf | spine | core | router
+      - {name: n0.nvswitch, kind: scale_up_switch}
+    links:                            # per direction; flow_bandwidth (per flow under full load) defaults to bandwidth
+      - {a: n0.gpu0, b: n0.nvswitch, bandwidth: "450 GB/s", latency: "1.5 us"}
+
+Every reference is checked: a link naming an unknown element is an error at its key path
+(`links[3].b`), with the closest known name. Every device must reach every other without passing
+through a third device. `cluster.nodes` may use the first domains of the listed ones; the devices
+of the others (and their links) are left out of the graph.
+
+Routing: shortest paths by hop count in which no device other than the two ends appears, ECMP
+among them; cached per device pair. A link touching a `scale_up_switch` is a scale-up link (the
+scale-up efficiency applies), every other a scale-out link; list a direct device-to-device
+scale-up link as device - element of kind scale_up_switch - device.
+
+Link classes: `scale_up` (same domain), `leaf` (the same attachment switch: the first `switch` /
+`leaf` / `router` element reached from the device directly or through its NICs), `spine`
+(otherwise). The representative of a class is, among the routes from device 0 to the devices of
+that class, the one with the smallest per-flow bandwidth (then the largest latency).
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+import networkx as nx
+
+from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, path_class, register
+from simtrain.hardware.topology.schema import validate_map
+
+KINDS = ("scale_up_switch", "nic", "switch", "leaf", "spine", "core", "router")
+ATTACH = ("switch", "leaf", "router")
+
+
+@dataclass(frozen=True)
+class ExplicitSpec:
+    devices: tuple
+    switches: tuple      # (name, kind)
+    links: tuple         # (a, b, bw, flow_bw, latency)
+
+
+SCHEMA = dict(COMMON, **{
+    "devices_per_node": ("posint", False, 1),
+    "scale_up": ("map", False, {
+        "efficiency": ("float", False, 1.0),
+        "efficiency_source": ("str", False, ""),
+    }),
+    "scale_out": ("map", False, {
+        "efficiency": ("float", False, 1.0),
+        "efficiency_source": ("str", False, ""),
+    }),
+    "devices": ("any", True, None),
+    "switches": ("any", False, []),
+    "links": ("any", True, None),
+})
+
+SWITCH = {"name": ("str", True, None), "kind": (KINDS, True, None)}
+LINK = {
+    "a": ("str", True, None),
+    "b": ("str", True, None),
+    "bandwidth": ("bandwidth", True, None),
+    "latency": ("time", True, None),
+    "flow_bandwidth": ("bandwidth?", False, None),
+}
+
+
+def _unknown(name, known):
+    close = difflib.get_close_matches(str(name), list(known), n=1)
+    return f"did you mean `{close[0]}`?" if close else "name one of the listed devices or switches"
+
+
+@register("explicit", SCHEMA)
+class Explicit(Fabric):
+    """Devices, switches, NICs and links listed one by one; shortest-path routing with ECMP."""
+
+    def __init__(self, topo):
+        super().__init__(topo)
+        self.dpn = topo.devices_per_node
+        self.kind = {n: k for n, k in self.s.switches}
+        self.index = {n: i for i, n in enumerate(self.s.devices)}
+        self._paths: dict = {}
+        self._leaf: dict | None = None
+
+    @classmethod
+    def load(cls, v, nodes, errs):
+        devs, sws, links = v["devices"], v["switches"], v["links"]
+        names: dict = {}
+        dlist = []
+        if not isinstance(devs, list) or not devs:
+            errs.add("devices", "expected a list of device names", "write e.g. `devices: [n0.gpu0, n0.gpu1]`")
+            devs = []
+        for i, d in enumerate(devs):
+            if not isinstance(d, str):
+                errs.add(f"devices[{i}]", f"expected a name, got {d!r}", "write it as text, e.g. `n0.gpu0`")
+            elif d in names:
+                errs.add(f"devices[{i}]", f"{d!r} is listed twice", "give every element a unique name")
+            else:
+                names[d] = "device"
+                dlist.append(d)
+        slist = []
+        if not isinstance(sws, list):
+            errs.add("switches", "expected a list of {name, kind} entries", "write e.g. `- {name: leaf0, kind: switch}`")
+            sws = []
+        for i, sw in enumerate(sws):
+            x = validate_map(sw, SWITCH, f"switches[{i}]", errs)
+            n = x.get("name")
+            if n is None or x.get("kind") is None:
+                continue
+            if n in names:
+                errs.add(f"switches[{i}].name", f"{n!r} is listed twice", "give every element a unique name")
+                continue
+            names[n] = x["kind"]
+            slist.append((n, x["kind"]))
+        llist = []
+        seen = set()
+        if not isinstance(links, list):
+            errs.add("links", "expected a list of {a, b, bandwidth, latency} entries",
+                     'write e.g. `- {a: n0.gpu0, b: leaf0, bandwidth: "400 Gb/s", latency: "1 us"}`')
+            links = []
+        for i, ln in enumerate(links):
+            x = validate_map(ln, LINK, f"links[{i}]", errs)
+            ok = True
+            for end in ("a", "b"):
+                n = x.get(end)
+                if n is not None and n not in names:
+                    errs.add(f"links[{i}].{end}", f"unknown element {n!r}", _unknown(n, names))
+                    ok = False
+            if not ok or None in (x.get("a"), x.get("b"), x.get("bandwidth"), x.get("latency")):
+                continue
+            if x["a"] == x["b"]:
+                errs.add(f"links[{i}]", f"links {x['a']!r} to itself", "join two different elements")
+                continue
+            pair = frozenset((x["a"], x["b"]))
+            if pair in seen:
+                errs.add(f"links[{i}]", f"{x['a']} - {x['b']} is linked twice", "list each link once (its bandwidth is per direction)")
+                continue
+            seen.add(pair)
+            llist.append((x["a"], x["b"], x["bandwidth"], x["flow_bandwidth"] or x["bandwidth"], x["latency"]))
+        dpn = v["devices_per_node"]
+        if dlist and len(dlist) % dpn:
+            errs.add("devices_per_node", f"{len(dlist)} devices do not fill scale-up domains of {dpn}",
+                     f"list a multiple of {dpn} devices or change devices_per_node")
+        elif dlist and nodes > len(dlist) // dpn:
+            errs.add("devices", f"lists {len(dlist) // dpn} scale-up domains of {dpn} devices, but the scenario asks for {nodes} nodes",
+                     f"list more devices or set cluster.nodes to at most {len(dlist) // dpn}")
+        for sect in ("scale_up", "scale_out"):
+            if not 0 < v[sect]["efficiency"] <= 1:
+                errs.add(f"{sect}.efficiency", "must be in (0, 1]", "give the measured busbw / link bandwidth ratio")
+        if not errs.problems and dlist:
+            g = nx.Graph()
+            g.add_nodes_from(names)
+            g.add_edges_from((a, b) for a, b, *_ in llist)
+            reach = {dlist[0]}
+            todo = [dlist[0]]
+            while todo:
+                u = todo.pop()
+                if u != dlist[0] and names[u] == "device":
+                    continue
+                for w in g.adj[u]:
+                    if w not in reach:
+                        reach.add(w)
+                        todo.append(w)
+            for i, d in enumerate(dlist):
+                if d not in reach:
+                    errs.add(f"devices[{i}]", f"{d} has no route to {dlist[0]} that avoids passing through another device",
+                             "link it to a switch or NIC on the way")
+                    break
+        spec = ExplicitSpec(tuple(dlist), tuple(slist), tuple(llist))
+        return dict(devices_per_node=dpn, device_label=v["device_label"],
+                    scale_up_efficiency=v["scale_up"]["efficiency"], scale_out_efficiency=v["scale_out"]["efficiency"],
+                    spec=spec, efficiency_sources=(v["scale_up"]["efficiency_source"], v["scale_out"]["efficiency_source"]))
+
+    def device_id(self, d: int) -> str:
+        return self.s.devices[d]
+
+    def build(self) -> nx.Graph:
+        t, s = self.t, self.s
+        g = nx.Graph(name=t.name)
+        used = set(s.devices[:t.num_devices])
+        for n, k in s.switches:
+            g.add_node(n, kind=k)
+        for d in s.devices[:t.num_devices]:
+            g.add_node(d, kind="device")
+        for a, b, bw, fbw, lat in s.links:
+            if (a in self.index and a not in used) or (b in self.index and b not in used):
+                continue
+            up = self.kind.get(a) == "scale_up_switch" or self.kind.get(b) == "scale_up_switch"
+            g.add_edge(a, b, bw=bw, flow_bw=fbw, latency=lat, tier="scale_up" if up else "scale_out")
+        return g
+
+    def leaf_of(self, d: int) -> int:
+        if self._leaf is None:
+            g = self.graph()
+            att, ids = {}, {}
+            for i in range(self.t.num_devices):
+                dev = self.s.devices[i]
+                cands = set()
+                for w in g.adj[dev]:
+                    k = g.nodes[w].get("kind")
+                    if k in ATTACH:
+                        cands.add(w)
+                    elif k == "nic":
+                        cands.update(x for x in g.adj[w] if g.nodes[x].get("kind") in ATTACH)
+                att[i] = ids.setdefault(min(cands), len(ids)) if cands else -1 - i // self.dpn
+            self._leaf = att
+        return self._leaf[d]
+
+    def paths(self, a: str, b: str) -> list:
+        """Every shortest path a -> b (by hops) with no other device on it, sorted."""
+        hit = self._paths.get((a, b))
+        if hit is not None:
+            return hit
+        g = self.graph()
+        kind = g.nodes
+        dist, preds, frontier = {a: 0}, {a: []}, [a]
+        while frontier and b not in dist:
+            nxt = []
+            for u in frontier:
+                if u != a and kind[u].get("kind") == "device":
+                    continue
+                for w in g.adj[u]:
+                    if w != b and kind[w].get("kind") == "device":
+                        continue
+                    if w not in dist:
+                        dist[w] = dist[u] + 1
+                        preds[w] = [u]
+                        nxt.append(w)
+                    elif dist[w] == dist[u] + 1:
+                        preds[w].append(u)
+            frontier = nxt
+        if b not in dist:
+            raise KeyError(f"no route from {a} to {b}")
+        out = []
+
+        def back(n, tail):
+            if n == a:
+                out.append((a,) + tail)
+                return
+            for p in preds[n]:
+                back(p, (n,) + tail)
+        back(b, ())
+        out.sort()
+        self._paths[(a, b)] = out
+        return out
+
+    def route(self, src, dst, pick=None, cache=None):
+        paths = self.paths(self.s.devices[src], self.s.devices[dst])
+        return pick(paths) if pick is not None and len(paths) > 1 else paths[0]
+
+    def link_class_name(self, a: int, b: int) -> str:
+        if a == b:
+            return "self"
+        if a // self.dpn == b // self.dpn:
+            return "scale_up"
+        return "leaf" if self.leaf_of(a) == self.leaf_of(b) else "spine"
+
+    def _link_class(self, cls: str) -> LinkClass:
+        if cls not in ("scale_up", "leaf", "spine"):
+            raise KeyError(f"no link class {cls!r} on an explicit fabric")
+        g = self.graph()
+        eff = self.efficiency(cls)
+        cands = [path_class(g, self.route(0, b), cls, eff) for b in range(1, self.t.num_devices)
+                 if self.link_class_name(0, b) == cls]
+        if cands:
+            return min(cands, key=lambda x: (x.bw, -x.latency))
+        for other in {"scale_up": ("leaf", "spine"), "leaf": ("spine", "scale_up"), "spine": ("leaf", "scale_up")}[cls]:
+            if any(self.link_class_name(0, b) == other for b in range(1, self.t.num_devices)):
+                x = self.link_class(other)
+                return LinkClass(cls, x.bw, x.latency, eff)
+        return LinkClass(cls, float("inf"), 0.0, eff)
+
+    def placement_levels(self) -> list:
+        leaves = [self.leaf_of(n * self.dpn) for n in range(self.t.nodes)]
+        return [leaves] if len(set(leaves)) > 1 else []
+
+    def describe(self, count: bool = True) -> str:
+        t, s = self.t, self.s
+        dom = f"{t.nodes} nodes x {self.dpn} {t.device_label}s" if count else f"{len(s.devices) // self.dpn} nodes of {self.dpn} {t.device_label}s"
+        return f"{dom}, {len(s.switches)} switches and NICs, {len(s.links)} links"

@@ -1,0 +1,114 @@
+"""Stragglers and heterogeneity (between the parallel plan and the lowering): per-device
+slowdowns, seeded compute jitter and mixed device types, turned into per-rank factors.
+
+    cluster:
+      stragglers:                       # any number of entries
+        - {devices: [17, 300], compute: 1.3}                   # device indices (node by node)
+        - {fraction: 0.01, compute: 1.2, memory: 1.1, link: 2.0}   # drawn with the scenario seed
+      jitter: {distribution: normal, sigma: 0.02}              # per-device compute factor 1 + N(0, sigma), seeded
+      mixed:                            # node blocks in node order; the rest runs cluster.device
+        - {nodes: 16, device: a100-sxm4-80gb}
+
+      straggler_model: lockstep         # or exact (see below)
+
+A factor multiplies a time: `compute` the GEMM and attention kernels, `memory` the memory-bound
+operators and the optimizer step, `link` every transfer of a collective or pipeline send that the
+device takes part in (a collective is as slow as its slowest member). Factors combine by
+multiplication when entries overlap. Ranks with different factors or device types get different
+integer keys, and the rank grouping (`parallel.equivalence_classes(rank_key=...)`) splits exactly
+the classes that differ.
+
+`straggler_model: exact` gives every rank its own device's factors. One straggler then splits its
+tensor-parallel peers, their data-parallel groups and their pipeline neighbours into classes of
+their own, and at 1 % stragglers on 16,384 ranks that is ~11,000 classes whose collectives all
+rendezvous across classes. `lockstep` (the default) uses that tensor-parallel ranks meet at a
+collective after every compute segment, so a tp group runs at the pace of its slowest member:
+every member takes the group's slowest compute, memory and link factors, the group stays one
+class, and its collectives fold into its compute (~1,000 classes in the same case). The step is
+the same wherever a group's members start each segment together. It differs by up to one
+segment's extra time where they start apart: after a pipeline receive (the late sender's partner
+waits at the group's first collective either way) or after a dp rendezvous. The faster members'
+waiting counts as their compute, not as bubble. A test bounds the difference against `exact`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Straggler:
+    devices: tuple = ()
+    fraction: float = 0.0
+    compute: float = 1.0
+    memory: float = 1.0
+    link: float = 1.0
+
+
+@dataclass(frozen=True)
+class Jitter:
+    distribution: str = "normal"     # normal | lognormal
+    sigma: float = 0.0
+
+
+@dataclass(frozen=True)
+class DeviceFactors:
+    """Per device (index = device): compute, memory and link time factors and the device type."""
+    compute: np.ndarray
+    memory: np.ndarray
+    link: np.ndarray
+    device: tuple                    # device preset per device
+    chosen: tuple                    # devices named or drawn as stragglers, sorted
+
+    def per_rank(self, place, tp_members=None) -> tuple:
+        """(compute, memory, link, device-type index) per rank. With `tp_members` (the tp
+        groups as rows of ranks, the lockstep model) every member takes its group's slowest
+        factors: tensor-parallel ranks meet at a collective after every compute segment, so the
+        group computes at the pace of its slowest member (module docstring)."""
+        place = np.asarray(place)
+        comp, mem, link = self.compute[place].copy(), self.memory[place].copy(), self.link[place].copy()
+        if tp_members is not None and tp_members.shape[1] > 1:
+            for a in (comp, mem, link):
+                a[tp_members.ravel()] = np.repeat(a[tp_members].max(axis=1), tp_members.shape[1])
+        kinds = {d: i for i, d in enumerate(sorted(set(self.device)))}
+        dev = np.asarray([kinds[self.device[int(d)]] for d in place], dtype=np.int64)
+        return comp, mem, link, dev
+
+    @staticmethod
+    def rank_key(comp, mem, link, dev) -> np.ndarray:
+        """An integer per rank that is equal exactly when the ranks behave the same."""
+        rows = np.stack([comp, mem, link, dev.astype(float)], axis=1)
+        _, inv = np.unique(rows, axis=0, return_inverse=True)
+        return inv.reshape(-1).astype(np.int64)
+
+
+def device_factors(cluster, num_devices: int, devices_per_node: int, seed: int) -> DeviceFactors:
+    """Draws and combines the cluster's stragglers, jitter and device blocks (seeded: the same
+    scenario and seed give the same devices and factors)."""
+    rng = np.random.default_rng([seed, 0x57A6])
+    comp = np.ones(num_devices)
+    mem = np.ones(num_devices)
+    link = np.ones(num_devices)
+    chosen: set = set()
+    for s in cluster.stragglers:
+        if s.devices:
+            devs = np.asarray(s.devices, dtype=np.int64)
+        else:
+            n = max(1, int(round(s.fraction * num_devices)))
+            devs = np.sort(rng.choice(num_devices, size=n, replace=False))
+        comp[devs] *= s.compute
+        mem[devs] *= s.memory
+        link[devs] *= s.link
+        chosen.update(int(d) for d in devs)
+    j = cluster.jitter
+    if j is not None and j.sigma > 0:
+        draw = rng.standard_normal(num_devices) * j.sigma
+        comp *= np.exp(draw) if j.distribution == "lognormal" else np.clip(1.0 + draw, 0.05, None)
+    device = [cluster.device] * num_devices
+    pos = 0
+    for nodes, dev in cluster.mixed:
+        for d in range(pos * devices_per_node, (pos + nodes) * devices_per_node):
+            device[d] = dev
+        pos += nodes
+    return DeviceFactors(comp, mem, link, tuple(device), tuple(sorted(chosen)))

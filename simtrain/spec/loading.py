@@ -1,0 +1,776 @@
+"""Loading (spec stage): scenario YAML (+ presets, HF config.json, --set overrides) -> frozen Scenario.
+
+Every problem of a file is collected and reported together as `<file>: <key.path>: <problem>; <fix>`.
+Plan checks that need no simulation (divisibility, world size against the topology, device
+precision support) run here too, so nothing reaches the engine that cannot run.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from simtrain import resources
+from simtrain.errors import Collector, ConfigError
+from simtrain.hardware import devices
+from simtrain.hardware.topology import Topology, find_topology_file, load_topology, parse_value, validate_map
+from simtrain.spec.scenario import (
+    ClusterSpec,
+    EncoderSpec,
+    MLASpec,
+    ModelSpec,
+    MoESpec,
+    NetworkSpec,
+    ParallelSpec,
+    RoutingSpec,
+    Scenario,
+    TrainingSpec,
+)
+
+DATA = resources.DATA
+
+MODEL_KEYS = {
+    "architecture": (("gpt", "llama"), True, None),
+    "num_layers": ("posint", True, None),
+    "hidden_size": ("posint", True, None),
+    "num_attention_heads": ("posint", True, None),
+    "num_key_value_heads": ("posint", False, None),
+    "ffn_hidden_size": ("posint", False, None),
+    "vocab_size": ("posint", True, None),
+    "seq_length": ("posint", True, None),
+    "tie_embeddings": ("bool", False, False),
+    "make_vocab_size_divisible_by": ("posint", False, 128),
+    "moe": ("any", False, None),
+    "mla": ("any", False, None),
+    "encoder": ("any", False, None),
+}
+
+MOE_KEYS = {
+    "num_experts": ("posint", True, None),
+    "top_k": ("posint", True, None),
+    "expert_ffn_hidden_size": ("posint", True, None),
+    "num_shared_experts": ("int", False, 0),
+    "shared_expert_ffn_hidden_size": ("int?", False, None),
+    "shared_expert_gate": ("bool", False, False),
+    "layer_freq": ("posint", False, 1),
+    "first_dense_layers": ("int", False, 0),
+    "capacity_factor": ("float?", False, None),
+    "dispatcher": (("alltoall", "allgather"), False, "alltoall"),
+    "dispatch_precision": (("bf16", "fp8"), False, "bf16"),
+    "max_nodes_per_token": ("posint?", False, None),
+    "routing": ("any", False, None),
+}
+
+ROUTING_KEYS = {
+    "distribution": (("uniform", "zipf", "explicit"), False, "uniform"),
+    "skew": ("float", False, 1.0),
+    "loads": ("any", False, None),
+    "per_layer": ("bool", False, True),
+}
+
+MLA_KEYS = {
+    "kv_lora_rank": ("posint", True, None),
+    "qk_nope_head_dim": ("posint", True, None),
+    "qk_rope_head_dim": ("posint", True, None),
+    "v_head_dim": ("posint", True, None),
+    "q_lora_rank": ("posint?", False, None),
+}
+
+ENCODER_KEYS = {
+    "num_layers": ("posint", True, None),
+    "hidden_size": ("posint", True, None),
+    "num_attention_heads": ("posint", True, None),
+    "ffn_hidden_size": ("posint", True, None),
+    "tokens_per_sample": ("posint", True, None),
+    "projector": (("mlp", "linear"), False, "mlp"),
+    "pipeline_stages": ("int", False, 0),
+}
+
+TRAINING = {
+    "micro_batch_size": ("posint", True, None),
+    "global_batch_size": ("posint", True, None),
+    "precision": (("fp16", "bf16", "fp8"), False, "bf16"),
+    "recompute": (("none", "selective", "full"), False, "none"),
+    "flash_attention": ("bool", False, True),
+}
+
+PARALLEL = {
+    "tp": ("posint", False, 1),
+    "pp": ("posint", False, 1),
+    "dp": ("posint", False, 1),
+    "cp": ("posint", False, 1),
+    "cp_kind": (("ring", "allgather", "ulysses"), False, "ring"),
+    "ep": ("posint", False, 1),
+    "etp": ("posint", False, 1),
+    "sequence_parallel": ("bool", False, False),
+    "zero_stage": ((0, 1, 2, 3), False, 0),
+    "schedule": ("str", False, "1f1b"),
+    "overlap_grad_reduce": ("bool", False, True),
+    "overlap_param_gather": ("bool", False, False),
+    "pp_scatter_gather": ("bool", False, True),
+    "bucket_size_params": ("posint", False, 40_000_000),
+    "layers_per_stage": ("any", False, None),
+    "first_stage_layers": ("posint?", False, None),
+    "last_stage_layers": ("posint?", False, None),
+    "vpp": ("posint?", False, None),
+    "schedule_csv": ("str?", False, None),
+    "placement": ("str", False, "megatron"),
+    "device_of_rank": ("any", False, None),
+}
+
+CLUSTER = {
+    "device": ("str", True, None),
+    "device_profile": ("str?", False, None),
+    "topology": ("str", True, None),
+    "nodes": ("posint", True, None),
+    "stragglers": ("any", False, None),
+    "jitter": ("any", False, None),
+    "mixed": ("any", False, None),
+    "straggler_model": (("lockstep", "exact"), False, "lockstep"),
+}
+
+STRAGGLER_KEYS = {
+    "devices": ("any", False, None),
+    "fraction": ("float?", False, None),
+    "compute": ("float", False, 1.0),
+    "memory": ("float", False, 1.0),
+    "link": ("float", False, 1.0),
+}
+
+JITTER_KEYS = {
+    "distribution": (("normal", "lognormal"), False, "normal"),
+    "sigma": ("float", True, None),
+}
+
+
+def _resolve_heterogeneity(cluster: dict, errs: Collector) -> None:
+    """cluster.stragglers / jitter / mixed -> the spec's tuples (see simtrain.stragglers)."""
+    from simtrain.plan.heterogeneity import Jitter, Straggler
+    nodes = cluster.get("nodes")
+    raw = cluster.pop("stragglers", None)
+    out = []
+    if raw is not None:
+        if not isinstance(raw, list):
+            errs.add("cluster.stragglers", "expected a list of entries", "write e.g. `[{fraction: 0.01, compute: 1.2}]`")
+            raw = []
+        for i, e in enumerate(raw):
+            path = f"cluster.stragglers[{i}]"
+            before = len(errs.problems)
+            v = validate_map(e, STRAGGLER_KEYS, path, errs)
+            if len(errs.problems) > before:
+                continue
+            devs, frac = v["devices"], v["fraction"]
+            if (devs is None) == (frac is None):
+                errs.add(path, "give exactly one of `devices` (a list of device indices) and `fraction`",
+                         "write e.g. `{devices: [3, 17], compute: 1.3}` or `{fraction: 0.01, compute: 1.3}`")
+                continue
+            if devs is not None and not (isinstance(devs, list) and devs and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in devs)):
+                errs.add(f"{path}.devices", "expected a non-empty list of device indices >= 0", "write e.g. `[3, 17]`")
+                continue
+            if frac is not None and not 0 < frac <= 1:
+                errs.add(f"{path}.fraction", f"must be in (0, 1], got {frac}", "write e.g. `0.01` for 1 % of the devices")
+                continue
+            for k in ("compute", "memory", "link"):
+                if v[k] <= 0:
+                    errs.add(f"{path}.{k}", f"a time factor must be > 0, got {v[k]}", "write e.g. `1.3` (30 % slower)")
+            out.append(Straggler(devices=tuple(devs or ()), fraction=frac or 0.0, compute=v["compute"], memory=v["memory"], link=v["link"]))
+    cluster["stragglers"] = tuple(out)
+    j = cluster.pop("jitter", None)
+    cluster["jitter"] = None
+    if j is not None:
+        before = len(errs.problems)
+        v = validate_map(j, JITTER_KEYS, "cluster.jitter", errs)
+        if len(errs.problems) == before:
+            if v["sigma"] < 0:
+                errs.add("cluster.jitter.sigma", f"must be >= 0, got {v['sigma']}", "write e.g. `0.02` (2 %)")
+            else:
+                cluster["jitter"] = Jitter(**v)
+    m = cluster.pop("mixed", None)
+    blocks = []
+    if m is not None:
+        if not isinstance(m, list):
+            errs.add("cluster.mixed", "expected a list of node blocks", "write e.g. `[{nodes: 16, device: a100-sxm4-80gb}]`")
+            m = []
+        for i, e in enumerate(m):
+            path = f"cluster.mixed[{i}]"
+            v = validate_map(e, {"nodes": ("posint", True, None), "device": ("str", True, None)}, path, errs)
+            if v.get("device") is not None and v["device"] not in devices.preset_names():
+                errs.add(f"{path}.device", f"unknown device {v['device']!r}", f"use one of: {', '.join(devices.preset_names())}")
+            elif v.get("nodes"):
+                blocks.append((v["nodes"], v["device"]))
+        if nodes and sum(n for n, _ in blocks) > nodes:
+            errs.add("cluster.mixed", f"the blocks hold {sum(n for n, _ in blocks)} nodes, the cluster {nodes}",
+                     "make the blocks add up to at most cluster.nodes (the rest runs cluster.device)")
+        if blocks and cluster.get("device_profile"):
+            errs.add("cluster.mixed", "mixed device types cannot be combined with one device_profile", "remove device_profile or mixed")
+    cluster["mixed"] = tuple(blocks)
+
+
+def _algorithm_choices(coll: str) -> tuple:
+    from simtrain.network.collectives import ALGORITHMS
+    return ("auto",) + tuple(n for n, a in ALGORITHMS.items() if coll in a.collectives)
+
+
+NETWORK = {
+    "backend": (("analytical", "flow"), False, "analytical"),
+    **{c: (_algorithm_choices(c), False, "auto") for c in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")},
+    "protocol": (("auto", "LL", "LL128", "Simple"), False, "auto"),
+}
+
+TOP = {"name", "seed", "model", "training", "parallel", "cluster", "network", "reliability", "cost"}
+
+# `cost:` (read by simtrain search --objective cost): what one device costs to rent
+COST = {
+    "price_per_device_hour": ("float?", False, None),     # US$ per device-hour
+}
+
+
+@lru_cache(maxsize=None)
+def model_presets() -> dict:
+    with open(DATA / "models.yaml") as f:
+        return yaml.safe_load(f)
+
+
+@lru_cache(maxsize=None)
+def encoder_presets() -> dict:
+    with open(DATA / "encoders.yaml") as f:
+        return yaml.safe_load(f)
+
+
+def apply_overrides(raw: dict, overrides, errs: Collector) -> dict:
+    """`--set a.b.c=value`: value parsed as YAML, so `8`, `true`, `"300 GB/s"` and `[7, 8]` all work."""
+    raw = copy.deepcopy(raw)
+    for ov in overrides or ():
+        if "=" not in ov:
+            errs.add(f"--set {ov}", "expected key.path=value", "write e.g. `--set parallel.tp=4`")
+            continue
+        key, val = ov.split("=", 1)
+        parts = key.strip().split(".")
+        node = raw
+        for p in parts[:-1]:
+            if not isinstance(node.get(p), dict):
+                node[p] = {}
+            node = node[p]
+        try:
+            node[parts[-1]] = yaml.safe_load(val)
+        except yaml.YAMLError:
+            node[parts[-1]] = val
+    return raw
+
+
+def _model_from_hf(path: Path, errs: Collector) -> dict:
+    herr = Collector(str(path))
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        errs.add("model.hf_config", f"cannot read {path} as JSON ({e})", "point it at a Hugging Face config.json")
+        return {}
+    mt = cfg.get("model_type", "")
+    if mt in ("gpt2", "gpt_bigcode", "openai-gpt"):
+        h = cfg.get("n_embd", cfg.get("hidden_size"))
+        out = {"architecture": "gpt", "num_layers": cfg.get("n_layer", cfg.get("num_hidden_layers")), "hidden_size": h,
+               "num_attention_heads": cfg.get("n_head", cfg.get("num_attention_heads")),
+               "ffn_hidden_size": cfg.get("n_inner") or (4 * h if isinstance(h, int) else None),
+               "vocab_size": cfg.get("vocab_size"), "seq_length": cfg.get("n_positions", cfg.get("max_position_embeddings")),
+               "tie_embeddings": bool(cfg.get("tie_word_embeddings", True))}
+    else:
+        out = {"architecture": "llama", "num_layers": cfg.get("num_hidden_layers"), "hidden_size": cfg.get("hidden_size"),
+               "num_attention_heads": cfg.get("num_attention_heads"),
+               "num_key_value_heads": cfg.get("num_key_value_heads", cfg.get("num_attention_heads")),
+               "ffn_hidden_size": cfg.get("intermediate_size"), "vocab_size": cfg.get("vocab_size"),
+               "seq_length": cfg.get("max_position_embeddings"),
+               "tie_embeddings": bool(cfg.get("tie_word_embeddings", False))}
+    moe = _moe_from_hf(cfg)
+    if moe:
+        out["moe"] = moe
+        if "n_routed_experts" in cfg and cfg.get("intermediate_size") is not None:
+            out["ffn_hidden_size"] = cfg["intermediate_size"]      # DeepSeek: width of the dense first layers
+    if "kv_lora_rank" in cfg:
+        out["mla"] = {k: cfg.get(k) for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "q_lora_rank")}
+        if out["mla"]["q_lora_rank"] is None:
+            out["mla"].pop("q_lora_rank")
+    for k, v in list(out.items()):
+        if v is None:
+            herr.add(k, "field missing from config.json", "add it to the config or give it under `model:` in the scenario")
+            del out[k]
+    errs.extend(herr)
+    return out
+
+
+def _moe_from_hf(cfg: dict) -> dict:
+    """The MoE fields of a Hugging Face config: Mixtral (num_local_experts, num_experts_per_tok,
+    intermediate_size), Qwen2-MoE (num_experts, moe_intermediate_size, shared_expert_intermediate_size,
+    decoder_sparse_step) and DeepSeek-V2/V3 (n_routed_experts, n_shared_experts, moe_intermediate_size,
+    first_k_dense_replace, moe_layer_freq)."""
+    if "num_local_experts" in cfg:                                    # Mixtral
+        return {"num_experts": cfg["num_local_experts"], "top_k": cfg.get("num_experts_per_tok", 2),
+                "expert_ffn_hidden_size": cfg.get("intermediate_size")}
+    if "n_routed_experts" in cfg:                                     # DeepSeek-V2 / V3
+        shared = cfg.get("n_shared_experts") or 0
+        return {"num_experts": cfg["n_routed_experts"], "top_k": cfg.get("num_experts_per_tok"),
+                "expert_ffn_hidden_size": cfg.get("moe_intermediate_size"),
+                "num_shared_experts": shared,
+                "shared_expert_ffn_hidden_size": shared * (cfg.get("moe_intermediate_size") or 0),
+                "first_dense_layers": cfg.get("first_k_dense_replace", 0) or 0,
+                "layer_freq": cfg.get("moe_layer_freq", 1) or 1}
+    if "num_experts" in cfg and "moe_intermediate_size" in cfg:        # Qwen-MoE
+        width = cfg.get("shared_expert_intermediate_size") or 0
+        return {"num_experts": cfg["num_experts"], "top_k": cfg.get("num_experts_per_tok"),
+                "expert_ffn_hidden_size": cfg["moe_intermediate_size"],
+                "num_shared_experts": 1 if width else 0, "shared_expert_ffn_hidden_size": width,
+                "shared_expert_gate": bool(width), "layer_freq": cfg.get("decoder_sparse_step", 1) or 1}
+    return {}
+
+
+def _resolve_model(raw, base_dir: Path, errs: Collector) -> dict | None:
+    if not isinstance(raw, dict):
+        errs.add("model", "expected a mapping", "give `preset:`, `hf_config:` or the model fields")
+        return None
+    raw = dict(raw)
+    merged = {}
+    name = None
+    if "preset" in raw:
+        preset = raw.pop("preset")
+        presets = model_presets()
+        if preset not in presets:
+            errs.add("model.preset", f"unknown preset {preset!r}", f"use one of: {', '.join(presets)}")
+            return None
+        merged.update({k: v for k, v in presets[preset].items() if k != "source"})
+        name = preset
+    if "hf_config" in raw:
+        ref = raw.pop("hf_config")
+        p = Path(str(ref))
+        cand = [base_dir / p, Path.cwd() / p]
+        found = next((c for c in cand if c.is_file()), None)
+        if found is None:
+            errs.add("model.hf_config", f"file {ref!r} not found (looked beside the scenario and in the current directory)",
+                     "give a path to a config.json")
+            return None
+        merged.update(_model_from_hf(found, errs))
+        name = name or found.parent.name or "hf-model"
+    for k in ("moe", "mla", "encoder"):
+        # inline sub-keys refine the preset's section (e.g. `moe: {capacity_factor: 1.25}`)
+        if isinstance(raw.get(k), dict) and isinstance(merged.get(k), dict):
+            raw[k] = {**merged[k], **raw[k]}
+    merged.update(raw)                      # inline keys override preset / config values
+    if "name" in merged:
+        name = merged.pop("name")
+    if "num_key_value_heads" not in merged and "num_attention_heads" in merged:
+        merged["num_key_value_heads"] = merged["num_attention_heads"]
+    if "ffn_hidden_size" not in merged and merged.get("architecture") == "gpt" and isinstance(merged.get("hidden_size"), int):
+        merged["ffn_hidden_size"] = 4 * merged["hidden_size"]
+    v = validate_map(merged, MODEL_KEYS, "model", errs)
+    if merged.get("architecture") == "llama" and "ffn_hidden_size" not in merged:
+        errs.add("model.ffn_hidden_size", "missing (llama models have no default FFN size)", "add `ffn_hidden_size:`")
+    v["name"] = name or "custom"
+    v["moe"] = _resolve_moe(v.get("moe"), errs)
+    v["mla"] = _resolve_section(v.get("mla"), MLA_KEYS, "model.mla", errs, MLASpec)
+    v["encoder"] = _resolve_encoder(v.get("encoder"), errs)
+    return v
+
+
+def _resolve_section(raw, keys, path, errs, cls):
+    if raw is None:
+        return None
+    before = len(errs.problems)
+    vals = validate_map(raw, keys, path, errs)
+    return cls(**vals) if len(errs.problems) == before else None
+
+
+def _resolve_moe(raw, errs: Collector):
+    if raw is None:
+        return None
+    before = len(errs.problems)
+    v = validate_map(raw, MOE_KEYS, "model.moe", errs)
+    routing = validate_map(v.pop("routing") or {}, ROUTING_KEYS, "model.moe.routing", errs)
+    if len(errs.problems) > before:
+        return None
+    E, k = v["num_experts"], v["top_k"]
+    if k > E:
+        errs.add("model.moe.top_k", f"{k} exceeds num_experts {E}", "route each token to at most num_experts experts")
+    for key in ("num_shared_experts", "first_dense_layers"):
+        if v[key] < 0:
+            errs.add(f"model.moe.{key}", f"expected a whole number >= 0, got {v[key]}", "write e.g. `1`")
+    if v["shared_expert_ffn_hidden_size"] is None:
+        v["shared_expert_ffn_hidden_size"] = v["num_shared_experts"] * v["expert_ffn_hidden_size"]
+    if v["capacity_factor"] is not None and v["capacity_factor"] <= 0:
+        errs.add("model.moe.capacity_factor", f"must be > 0, got {v['capacity_factor']}", "write e.g. `1.25`, or remove it for dropless routing")
+    loads = routing.pop("loads")
+    if routing["distribution"] == "explicit":
+        if not (isinstance(loads, list) and len(loads) == E and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in loads)
+                and sum(loads) > 0):
+            errs.add("model.moe.routing.loads", f"expected {E} non-negative numbers (one share per expert)",
+                     f"write e.g. `[{', '.join(['1'] * min(E, 4))}{', ...' if E > 4 else ''}]`")
+        else:
+            tot = float(sum(loads))
+            loads = tuple(float(x) / tot for x in loads)
+            worst = max(loads)
+            if worst > 1.0 / k + 1e-9:
+                errs.add("model.moe.routing.loads", f"one expert gets {worst:.3f} of the assignments, but with top_k={k} a token picks "
+                         f"{k} different experts, so no expert can take more than 1/{k}",
+                         f"keep every share <= 1/{k} of the total, or set top_k: 1")
+    elif loads is not None:
+        errs.add("model.moe.routing.loads", f"given with distribution {routing['distribution']!r}", "set `distribution: explicit` or remove loads")
+    if routing["skew"] < 0:
+        errs.add("model.moe.routing.skew", f"must be >= 0, got {routing['skew']}", "write e.g. `1.2` (0 is uniform)")
+    if len(errs.problems) > before:
+        return None
+    return MoESpec(**v, routing=RoutingSpec(loads=loads if routing["distribution"] == "explicit" else None, **routing))
+
+
+def _resolve_encoder(raw, errs: Collector):
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        errs.add("model.encoder", "expected a mapping", "give `preset:` (simtrain list encoders) or the encoder fields")
+        return None
+    raw = dict(raw)
+    name = "encoder"
+    if "preset" in raw:
+        pre = raw.pop("preset")
+        presets = encoder_presets()
+        if pre not in presets:
+            errs.add("model.encoder.preset", f"unknown encoder preset {pre!r}", f"use one of: {', '.join(presets)}")
+            return None
+        raw = {**{k: v for k, v in presets[pre].items() if k != "source"}, **raw}
+        name = pre
+    name = raw.pop("name", name)
+    before = len(errs.problems)
+    v = validate_map(raw, ENCODER_KEYS, "model.encoder", errs)
+    if len(errs.problems) > before:
+        return None
+    if v["hidden_size"] % v["num_attention_heads"]:
+        errs.add("model.encoder.hidden_size", f"{v['hidden_size']} is not divisible by num_attention_heads {v['num_attention_heads']}",
+                 "pick a head count that divides the hidden size")
+    if v["pipeline_stages"] < 0:
+        errs.add("model.encoder.pipeline_stages", f"expected 0 or more, got {v['pipeline_stages']}", "0 puts it on the first stage")
+    elif v["pipeline_stages"] and v["num_layers"] % v["pipeline_stages"]:
+        errs.add("model.encoder.pipeline_stages", f"{v['num_layers']} encoder layers do not split into {v['pipeline_stages']} stages",
+                 "use a stage count dividing the encoder's layers")
+    return EncoderSpec(name=name, **v)
+
+
+def load_scenario(path, overrides=()) -> tuple[Scenario, Topology]:
+    path = Path(path)
+    errs = Collector(str(path))
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as e:
+        errs.add("", f"cannot read the file ({e.strerror})", "check the path")
+        errs.raise_if_any()
+    except UnicodeDecodeError:
+        errs.add("", "is not a UTF-8 text file", "give the path of a YAML scenario")
+        errs.raise_if_any()
+    except yaml.YAMLError as e:
+        errs.add("", f"not valid YAML ({str(e).splitlines()[0]})", "fix the YAML syntax")
+        errs.raise_if_any()
+    if not isinstance(raw, dict):
+        errs.add("", "a scenario must be a mapping", "start with `name:`, `model:`, `training:`, `parallel:`, `cluster:`")
+        errs.raise_if_any()
+    raw = apply_overrides(raw, overrides, errs)
+    return build_scenario(raw, path, errs)
+
+
+def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, Topology]:
+    import difflib
+    for k in raw:
+        if k not in TOP:
+            close = difflib.get_close_matches(str(k), sorted(TOP), n=1)
+            errs.add(str(k), "unknown key", f"did you mean `{close[0]}`?" if close else f"allowed: {', '.join(sorted(TOP))}")
+    for k in ("name", "model", "training", "parallel", "cluster"):
+        if k not in raw:
+            errs.add(k, "missing required section", f"add `{k}:`")
+    base = path.parent
+    model = _resolve_model(raw.get("model"), base, errs) if "model" in raw else None
+    training = validate_map(raw.get("training", {}), TRAINING, "training", errs) if "training" in raw else None
+    parallel = validate_map(raw.get("parallel", {}), PARALLEL, "parallel", errs)
+    cluster = validate_map(raw.get("cluster", {}), CLUSTER, "cluster", errs) if "cluster" in raw else None
+    network = validate_map(raw.get("network", {}) or {}, NETWORK, "network", errs)
+    seed = parse_value(raw.get("seed", 0), "int", "seed", errs)
+    name = raw.get("name")
+    if name is not None and not isinstance(name, str):
+        errs.add("name", "expected text", "write e.g. `name: my-run`")
+
+    topo = None
+    if cluster is not None:
+        _resolve_heterogeneity(cluster, errs)
+    if cluster and cluster.get("device") is not None and cluster["device"] not in devices.preset_names():
+        errs.add("cluster.device", f"unknown device {cluster['device']!r}", f"use one of: {', '.join(devices.preset_names())}")
+    if cluster and cluster.get("device_profile"):
+        pfile = devices.find_profile(cluster["device_profile"], base)
+        if pfile is None:
+            errs.add("cluster.device_profile", f"profile {cluster['device_profile']!r} not found (looked beside the scenario, in the current directory and in the shipped profiles)",
+                     "give the path of a file written by simtrain calibrate")
+        else:
+            try:
+                dev = devices.load_profile(str(pfile.resolve()))
+                cluster["device_profile"] = str(pfile.resolve())
+                if cluster.get("device") in devices.preset_names() and cluster["device"] != dev.base:
+                    errs.add("cluster.device_profile", f"the profile refines {dev.base}, not cluster.device {cluster['device']}",
+                             f"set cluster.device: {dev.base} or use a profile of {cluster['device']}")
+            except ConfigError as e:
+                errs.problems.extend(e.problems)
+    if cluster and cluster.get("topology"):
+        tfile = find_topology_file(cluster["topology"], base)
+        if tfile is None:
+            errs.add("cluster.topology", f"topology file {cluster['topology']!r} not found (looked beside the scenario, in the current directory and in the shipped topologies/)",
+                     "give a path to a topology YAML or a shipped name (simtrain list topologies)")
+        elif cluster.get("nodes"):
+            try:
+                topo = load_topology(tfile, cluster["nodes"])
+            except ConfigError as e:
+                errs.problems.extend(e.problems)
+            cluster["topology"] = str(tfile)
+    if parallel.get("schedule_csv"):
+        from simtrain.schedules.csvio import read_csv
+        f = Path(parallel["schedule_csv"])
+        f = f if f.is_absolute() else (base / f)
+        try:
+            parallel["_csv_schedule"] = read_csv(f)
+            parallel["schedule_csv"] = str(f.resolve())
+            parallel["schedule"] = parallel["_csv_schedule"].name
+        except ConfigError as e:
+            errs.problems.extend(e.problems)
+    _check_plan(model, training, parallel, cluster, topo, errs)
+    if "cost" in raw:
+        c = raw.get("cost")
+        if not isinstance(c, dict):
+            errs.add("cost", "expected a mapping", "write e.g. `cost: {price_per_device_hour: 2.0}` (US$)")
+        else:
+            v = validate_map(c, COST, "cost", errs)
+            pr = v.get("price_per_device_hour")
+            if isinstance(pr, (int, float)) and pr <= 0:
+                errs.add("cost.price_per_device_hour", f"must be > 0, got {pr}", "give the US$ price of one device-hour, e.g. 2.0")
+    if "reliability" in raw:
+        from simtrain.studies.reliability.config import validate_section  # the job model's section, checked with the rest
+        validate_section(raw, errs)
+    errs.raise_if_any()
+    parallel.pop("_csv_schedule", None)
+    if parallel.get("vpp") is None:
+        d = _schedule_defs().get(parallel.get("schedule"))
+        parallel["vpp"] = (d.default_vpp if d else 0) or 1
+
+    lps = parallel.pop("layers_per_stage")
+    dor = parallel.pop("device_of_rank")
+    sc = Scenario(
+        name=name, model=ModelSpec(**model), training=TrainingSpec(**training),
+        parallel=ParallelSpec(**parallel, layers_per_stage=(lps if lps == "balanced" else tuple(lps)) if lps is not None else None,
+                              device_of_rank=tuple(dor) if dor is not None else None),
+        cluster=ClusterSpec(device=cluster["device"], topology_file=cluster["topology"], nodes=cluster["nodes"],
+                            device_profile=cluster.get("device_profile") or "", stragglers=cluster["stragglers"],
+                            jitter=cluster["jitter"], mixed=cluster["mixed"], straggler_model=cluster["straggler_model"]),
+        network=NetworkSpec(**network), seed=seed, source_file=str(path),
+    )
+    return sc, topo
+
+
+def _schedule_defs() -> dict:
+    from simtrain.schedules import SCHEDULES
+    return SCHEDULES
+
+
+class _CsvDef:
+    """A schedule read from a CSV file, seen through the same checks as a registered one."""
+
+    def __init__(self, s):
+        self.s = s
+        self.name = s.name
+
+    def num_stages(self, pp, vpp):
+        return self.s.num_stages
+
+    def check(self, pp, m, vpp):
+        out = []
+        if pp != self.s.pp:
+            out.append(("parallel.schedule_csv", f"the schedule has {self.s.pp} rows, the plan pp={pp}", f"set pp to {self.s.pp} or add rows"))
+        if m != self.s.microbatches:
+            out.append(("parallel.schedule_csv", f"the schedule runs {self.s.microbatches} microbatches, the plan {m}",
+                        f"set global_batch_size so that global_batch_size / (micro_batch_size x dp) = {self.s.microbatches}"))
+        return out
+
+
+def _check_stages(p, L, training, errs: Collector, encoder_stages: int = 0) -> None:
+    """Layer split over the schedule's model stages, and the schedule's own rules (microbatch
+    count, vpp), all before anything is simulated."""
+    from simtrain.schedules import SCHEDULES
+    d = SCHEDULES.get(p.get("schedule"))
+    pp, vpp = p.get("pp"), p.get("vpp")
+    if vpp is None and d is not None:
+        # a schedule that takes vpp (interleaving) has its own default; everything else one chunk
+        vpp = p["vpp"] = d.default_vpp or 1
+    csv_sched = p.get("_csv_schedule")
+    if p.get("schedule_csv") and csv_sched is None:
+        return      # the CSV itself did not load; its errors are already reported
+    if csv_sched is not None:
+        d = _CsvDef(csv_sched)
+        vpp = vpp or 1
+    if d is None or not pp or not vpp:
+        return
+    if vpp > 1 and not getattr(d, "default_vpp", 0):
+        takes = ", ".join(k for k, v in SCHEDULES.items() if v.default_vpp)
+        errs.add("parallel.vpp", f"vpp={vpp} applies only to {takes}, not {d.name}",
+                 f"remove vpp, or use one of: {takes}")
+        return
+    S = d.num_stages(pp, vpp)
+    what = f"{S} model stages ({d.name} on pp={pp}" + (f", vpp={vpp}" if vpp > 1 else "") + ")"
+    if encoder_stages:
+        if S != pp:
+            errs.add("model.encoder.pipeline_stages", f"an encoder on its own stages needs a schedule with one model stage per rank, not {what}",
+                     "use 1f1b, gpipe, zb_h1 or zb_h2, or set pipeline_stages: 0 to put the encoder on the first stage")
+            return
+        if pp <= encoder_stages:
+            errs.add("model.encoder.pipeline_stages", f"{encoder_stages} encoder stages leave no stage of pp={pp} for the language model",
+                     f"use pp > {encoder_stages}")
+            return
+        S -= encoder_stages
+        what = f"{S} language-model stages (pp={pp} minus {encoder_stages} encoder stage{'s' if encoder_stages > 1 else ''})"
+    lps, first, last = p.get("layers_per_stage"), p.get("first_stage_layers"), p.get("last_stage_layers")
+    if lps == "balanced":
+        # layers in proportion to each stage's device speed (workload.balanced_layers)
+        if first is not None or last is not None:
+            errs.add("parallel.layers_per_stage", "balanced is given together with first_stage_layers / last_stage_layers",
+                     "keep one of them")
+        elif S != pp:
+            errs.add("parallel.layers_per_stage", f"balanced needs one model stage per pipeline rank, not {what}",
+                     "use 1f1b, gpipe, zb_h1 or zb_h2, or give the counts")
+        elif L < S:
+            errs.add("parallel.layers_per_stage", f"{L} layers cannot give each of {S} stages one", "use fewer stages")
+    elif lps is not None:
+        if first is not None or last is not None:
+            errs.add("parallel.layers_per_stage", "given together with first_stage_layers / last_stage_layers",
+                     "give either the full list or the first/last counts")
+        elif not (isinstance(lps, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in lps)):
+            errs.add("parallel.layers_per_stage", "expected a list of whole numbers >= 1", "write e.g. `[7, 8, 8, 7]`")
+        elif len(lps) != S:
+            errs.add("parallel.layers_per_stage", f"has {len(lps)} entries; the plan has {what}", f"give exactly {S} layer counts")
+        elif sum(lps) != L:
+            errs.add("parallel.layers_per_stage", f"sums to {sum(lps)}, the model has {L} layers", f"make the counts add up to {L}")
+    elif first is not None or last is not None:
+        fixed = [x for x in (first, last) if x is not None]
+        rest = S - len(fixed)
+        left = L - sum(fixed)
+        if (rest == 0 and left != 0) or (rest > 0 and (left < rest or left % rest)):
+            key = "parallel.first_stage_layers" if first is not None else "parallel.last_stage_layers"
+            errs.add(key, f"leaves {left} layers for the other {rest} of {what}, which does not split evenly into stages of >= 1 layer",
+                     "adjust the first/last counts so the remaining layers divide evenly, or give parallel.layers_per_stage")
+    elif L % S:
+        errs.add("parallel.pp", f"num_layers={L} does not divide into {what}",
+                 f"choose pp/vpp so that {L} layers split evenly, or give parallel.layers_per_stage / first_stage_layers")
+    if training and None not in (training.get("global_batch_size"), training.get("micro_batch_size"), p.get("dp")):
+        gb, mb, dp = training["global_batch_size"], training["micro_batch_size"], p["dp"]
+        if gb % (mb * dp) == 0:
+            for key, problem, fix in d.check(pp, gb // (mb * dp), vpp):
+                errs.add(key, problem, fix)
+
+
+def _check_cp_ep(model, training, p, errs: Collector) -> None:
+    """Context- and expert-parallel rules (Megatron-core's): what each cp_kind needs from the
+    sequence and the heads, and how ep / etp divide the experts and the ranks of a stage."""
+    cp, ep, etp, tp, dp = p.get("cp"), p.get("ep"), p.get("etp"), p.get("tp"), p.get("dp")
+    if None in (cp, ep, etp, tp, dp) or model is None:
+        return
+    if cp > 1:
+        if training and training.get("flash_attention") is False:
+            errs.add("parallel.cp", "context parallelism needs flash attention (its ring / gather kernels are fused attention)",
+                     "set training.flash_attention: true or cp: 1")
+        s, a = model.get("seq_length"), model.get("num_attention_heads")
+        kind = p.get("cp_kind")
+        if kind in ("ring", "allgather") and s and s % (2 * cp):
+            errs.add("model.seq_length", f"{s} is not divisible by 2 x cp = {2 * cp} (causal load balancing splits the sequence into 2·cp chunks)",
+                     f"use a sequence length that is a multiple of {2 * cp}")
+        if kind == "ulysses":
+            if s and s % cp:
+                errs.add("model.seq_length", f"{s} is not divisible by cp = {cp}", f"use a multiple of {cp}")
+            if a and tp and a % tp == 0 and (a // tp) % cp:
+                errs.add("parallel.cp", f"Ulysses splits the {a // tp} heads of a tensor-parallel rank over cp = {cp} ranks, which does not divide them",
+                         "use a cp dividing num_attention_heads / tp, or cp_kind: ring")
+    moe = model.get("moe")
+    if moe is None:
+        if ep > 1 or etp > 1:
+            errs.add("parallel.ep" if ep > 1 else "parallel.etp", "expert parallelism needs a mixture-of-experts model",
+                     "add `model.moe:` (or a MoE preset) or set ep: 1, etp: 1")
+        return
+    if moe.num_experts % ep:
+        errs.add("parallel.ep", f"ep={ep} does not divide num_experts={moe.num_experts}", "use an ep dividing the expert count")
+    if (tp * cp * dp) % (ep * etp):
+        errs.add("parallel.ep", f"etp x ep = {etp} x {ep} does not divide the {tp * cp * dp} ranks of a pipeline stage (tp x cp x dp)",
+                 "choose ep and etp whose product divides tp x cp x dp (Megatron's expert grid etp-ep-edp)")
+    if moe.expert_ffn_hidden_size % etp:
+        errs.add("parallel.etp", f"etp={etp} does not divide expert_ffn_hidden_size={moe.expert_ffn_hidden_size}", "use an etp dividing it")
+    if tp > 1 and not p.get("sequence_parallel"):
+        errs.add("parallel.sequence_parallel", "MoE layers with tp > 1 need sequence parallelism (Megatron-core requires it: the token dispatcher works on sequence-sharded tokens)",
+                 "set sequence_parallel: true")
+    if p.get("zero_stage") == 3:
+        errs.add("parallel.zero_stage", "ZeRO-3 / FSDP sharding of expert weights is not simulated", "use zero_stage 0, 1 or 2 with MoE models")
+    L = model.get("num_layers")
+    if L is not None and moe.first_dense_layers >= L:
+        errs.add("model.moe.first_dense_layers", f"{moe.first_dense_layers} leaves no MoE layer of {L}", "use fewer dense first layers")
+
+
+def _check_placement(p, errs: Collector) -> None:
+    pol, dor = p.get("placement"), p.get("device_of_rank")
+    from simtrain.plan.grid import POLICIES
+    if isinstance(pol, str) and pol not in POLICIES:
+        dims = pol.split("-")
+        if sorted(dims) != ["cp", "dp", "pp", "tp"]:
+            errs.add("parallel.placement", f"{pol!r} is not a placement policy",
+                     "use megatron, scattered, random, topology_aware, or an order of tp, cp, dp, pp such as `dp-tp-cp-pp` (first varies fastest over devices)")
+    if dor is not None and pol not in (None, "megatron"):
+        errs.add("parallel.device_of_rank", f"given together with placement {pol!r}",
+                 "keep one: an explicit device_of_rank list or a placement policy")
+    if dor is not None:
+        world = None if None in (p.get("tp"), p.get("cp"), p.get("dp"), p.get("pp")) else p["tp"] * p["cp"] * p["dp"] * p["pp"]
+        if not (isinstance(dor, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in dor)):
+            errs.add("parallel.device_of_rank", "expected a list of device indices", "write e.g. `[0, 1, 4, 5, 2, 3, 6, 7]`")
+        elif world is not None and sorted(dor) != list(range(world)):
+            errs.add("parallel.device_of_rank", f"must list each device 0..{world - 1} exactly once (got {len(dor)} entries)",
+                     f"give a permutation of 0..{world - 1}: entry r is rank r's device")
+
+
+def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> None:
+    from simtrain.schedules import SCHEDULES
+    p = parallel
+    if p.get("schedule") is not None and p["schedule"] not in SCHEDULES and not p.get("schedule_csv"):
+        errs.add("parallel.schedule", f"unknown schedule {p['schedule']!r}", f"use one of: {', '.join(SCHEDULES)}")
+    _check_placement(p, errs)
+    _check_cp_ep(model, training, p, errs)
+    if model and all(model.get(k) is not None for k in ("num_attention_heads", "hidden_size", "num_layers", "num_key_value_heads")):
+        a, h, L, g = model["num_attention_heads"], model["hidden_size"], model["num_layers"], model["num_key_value_heads"]
+        if h % a:
+            errs.add("model.hidden_size", f"{h} is not divisible by num_attention_heads {a}", "pick a head count that divides the hidden size")
+        if a % g:
+            errs.add("model.num_key_value_heads", f"{g} does not divide num_attention_heads {a}", "use a divisor of the head count")
+        tp = p.get("tp")
+        if tp and a % tp:
+            errs.add("parallel.tp", f"tp={tp} does not divide num_attention_heads={a}", f"use a tp that divides {a}")
+        elif tp and g % tp and tp % g:
+            errs.add("parallel.tp", f"tp={tp} and num_key_value_heads={g}: one must divide the other", "pick tp dividing the KV heads")
+        enc = model.get("encoder")
+        _check_stages(p, L, training, errs, enc.pipeline_stages if enc else 0)
+        if p.get("sequence_parallel") and tp and model.get("seq_length") and model["seq_length"] % tp:
+            errs.add("parallel.sequence_parallel", f"seq_length {model['seq_length']} is not divisible by tp={tp}", "use a tp dividing the sequence length or turn sequence_parallel off")
+    if training and None not in (training.get("global_batch_size"), training.get("micro_batch_size"), p.get("dp")):
+        gb, mb, dp = training["global_batch_size"], training["micro_batch_size"], p["dp"]
+        if gb % (mb * dp):
+            errs.add("training.global_batch_size", f"{gb} is not divisible by micro_batch_size x dp = {mb} x {dp} = {mb * dp}",
+                     f"use a multiple of {mb * dp}, e.g. {max(1, gb // (mb * dp)) * mb * dp}")
+    if topo is not None and None not in (p.get("tp"), p.get("pp"), p.get("dp"), p.get("cp")):
+        world = p["tp"] * p["pp"] * p["dp"] * p["cp"]
+        if world != topo.num_devices:
+            errs.add("parallel", f"tp x pp x dp x cp = {p['tp']} x {p['pp']} x {p['dp']} x {p['cp']} = {world}, but the cluster has "
+                     f"{cluster['nodes']} nodes x {topo.devices_per_node} = {topo.num_devices} devices",
+                     f"set cluster.nodes to {world / topo.devices_per_node:g} or change the plan")
+    if topo is not None and cluster:
+        for i, st in enumerate(cluster.get("stragglers") or ()):
+            bad = [d for d in st.devices if d >= topo.num_devices]
+            if bad:
+                errs.add(f"cluster.stragglers[{i}].devices", f"device {bad[0]} does not exist: the cluster has {topo.num_devices} devices (0..{topo.num_devices - 1})",
+                         "use device indices below the device count (node n, local device k is n x devices_per_node + k)")
+    if cluster and training and cluster.get("device") in devices.preset_names():
+        dev = devices.get_device(cluster["device"])
+        prec = training.get("precision")
+        if prec and prec not in dev.peak_flop_per_s:
+            errs.add("training.precision", f"{cluster['device']} has no {prec} peak in its preset", f"use one of: {', '.join(k for k in dev.peak_flop_per_s if k in ('fp16', 'bf16', 'fp8'))}")

@@ -1,0 +1,238 @@
+"""Comparison of scenario variants (after results): a sweep over one or more keys, one row each.
+
+    simtrain compare S.yaml --set parallel.schedule=1f1b,zb_h1,zb_v --set parallel.vpp=1
+
+A `--set` with comma-separated values is a sweep axis (commas inside [..] belong to a list
+value); several axes give their cartesian product; single values apply to every variant. Each
+variant is loaded and simulated on its own, so one invalid combination is reported in its row
+and does not stop the others. Output: a text table; with `--out DIR` also `compare.csv` and
+`compare.png` (the variants' pipeline timelines one above the other, then step time and peak
+memory as bars).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from simtrain.errors import SimtrainError
+from simtrain.results.figures import COLORS, save_figure
+from simtrain.units import fmt_time
+
+GiB = 2.0**30
+
+
+def split_values(text: str) -> list:
+    """'a,b,[1,2],c' -> ['a', 'b', '[1,2]', 'c'] (commas inside brackets stay)."""
+    out, cur, depth = [], "", 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return [v.strip() for v in out]
+
+
+def variants(sets) -> list:
+    """--set arguments -> list of (label, overrides) in sweep order (first axis varies slowest)."""
+    fixed, axes = [], []
+    for s in sets or ():
+        key, eq, val = s.partition("=")
+        vals = split_values(val) if eq else [val]
+        if len(vals) > 1:
+            axes.append((key.strip(), vals))
+        else:
+            fixed.append(s)
+    if not axes:
+        return [("base", list(fixed))]
+    out = []
+    for combo in itertools.product(*[v for _, v in axes]):
+        label = " ".join(f"{k.split('.')[-1]}={v}" for (k, _), v in zip(axes, combo))
+        out.append((label, fixed + [f"{k}={v}" for (k, _), v in zip(axes, combo)]))
+    return out
+
+
+@dataclass
+class Row:
+    label: str
+    overrides: list
+    result: dict | None = None
+    error: str | None = None
+    spans: list = field(default_factory=list)     # (rank, category, start, end, mb) compute spans
+    step: float = 0.0
+    pp: int = 1
+
+
+def run_variants(scenario, sets) -> list:
+    from simtrain.simulate import simulate
+    from simtrain.spec.loading import load_scenario
+    rows = []
+    for label, over in variants(sets):
+        row = Row(label, over)
+        try:
+            sc, topo = load_scenario(scenario, over)
+            run = simulate(sc, topo)
+        except SimtrainError as e:
+            row.error = str(e).splitlines()[0]
+        else:
+            row.result = run.result
+            row.step = run.result["step_time_s"]
+            row.pp = sc.parallel.pp
+            row.spans = compute_spans(run)
+        rows.append(row)
+    return rows
+
+
+def compute_spans(run) -> list:
+    """One block per action of one representative class per pipeline rank: (rank, category,
+    start, end, microbatch, chunk, lane). A block runs from the action's first to its last
+    kernel (tensor-parallel waits inside it included); blocks of an overlapped pair share the
+    time, so they get lanes 1 (upper half) and 2 (lower half); lane 0 is the full row."""
+    rep = {}
+    for c in run.classes:
+        rep.setdefault(c.stage, c.id)
+    want = {cid: st for st, cid in rep.items()}
+    tl = run.timeline
+    blocks: dict = {}
+    for o in run.ops:
+        if o.cls in want and o.stream == "compute" and tl.end[o.id] > tl.start[o.id]:
+            key = (want[o.cls], o.category, o.mb, o.chunk)
+            b = blocks.get(key)
+            if b is None:
+                blocks[key] = [tl.start[o.id], tl.end[o.id]]
+            else:
+                b[0] = min(b[0], tl.start[o.id])
+                b[1] = max(b[1], tl.end[o.id])
+    out = []
+    by_rank: dict = {}
+    for key, (s, e) in blocks.items():
+        by_rank.setdefault(key[0], []).append((s, e, key))
+    for rank in sorted(by_rank):
+        items = sorted(by_rank[rank])
+        lanes = [0] * len(items)
+        for i in range(1, len(items)):
+            if items[i][0] < items[i - 1][1] - 1e-12:
+                # overlapped with the previous block: forward on top, backward below
+                a, b = i - 1, i
+                fa = items[a][2][1] == "F"
+                lanes[a], lanes[b] = (1, 2) if fa else (2, 1)
+        for (s, e, key), lane in zip(items, lanes):
+            out.append((rank, key[1], s, e, key[2], key[3], lane))
+    return out
+
+
+def table(rows) -> str:
+    wl = max([34] + [len(r.label) + 1 for r in rows])
+    head = (f"  {'variant':<{wl}} {'step':>10} {'MFU':>6} {'bubble':>7} {'exposed tp/pp/dp (s)':>21} {'peak mem':>9} {'fits':>4}"
+            f"   peak per pipeline rank (GiB)")
+    lines = [head, "  " + "-" * (len(head) + 6)]
+    for r in rows:
+        if r.error:
+            lines.append(f"  {r.label:<{wl}} invalid: {r.error}")
+            continue
+        x = r.result
+        per = " ".join(f"{m['total'] / GiB:.0f}" for m in x["memory"])
+        ex = x["breakdown"]["exposed_comm_s"]
+        exs = "/".join(f"{ex[k]:.2f}" for k in ("tp", "pp", "dp"))
+        lines.append(f"  {r.label:<{wl}} {fmt_time(x['step_time_s']):>10} {100 * x['mfu']:5.1f}% {100 * x['bubble_fraction']:6.1f}% {exs:>21} "
+                     f"{x['peak_memory_bytes'] / GiB:7.1f}Gi {'yes' if x['fits_in_memory'] else 'NO':>4}   {per}")
+    return "\n".join(lines)
+
+
+def to_csv(rows) -> str:
+    n = max((len(r.result["memory"]) for r in rows if r.result), default=0)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["variant", "overrides", "schedule", "step_time_s", "mfu", "bubble_fraction",
+                "exposed_tp_s", "exposed_pp_s", "exposed_dp_s", "peak_memory_gib", "fits_in_memory"]
+               + [f"rank{i}_peak_gib" for i in range(n)] + [f"rank{i}_activations_gib" for i in range(n)] + ["error"])
+    for r in rows:
+        if r.error:
+            w.writerow([r.label, " ".join(r.overrides)] + [""] * (9 + 2 * n) + [r.error])
+            continue
+        x = r.result
+        per = [f"{m['total'] / GiB:.6g}" for m in x["memory"]]
+        act = [f"{m['activations'] / GiB:.6g}" for m in x["memory"]]
+        w.writerow([r.label, " ".join(r.overrides), x["schedule"], f"{x['step_time_s']:.9g}", f"{x['mfu']:.6g}",
+                    f"{x['bubble_fraction']:.5f}"] + [f"{x['breakdown']['exposed_comm_s'][k]:.6g}" for k in ("tp", "pp", "dp")]
+                   + [f"{x['peak_memory_bytes'] / GiB:.6g}", x["fits_in_memory"]]
+                   + per + [""] * (n - len(per)) + act + [""] * (n - len(act)) + [""])
+    return buf.getvalue()
+
+
+
+
+def figure(rows, path: Path, title: str) -> None:
+    """Timelines of the variants one above the other (stage rows, F/B/W coloured, idle grey, same
+    time axis), then bars of step time and peak memory."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    ok = [r for r in rows if r.result]
+    heights = [max(1.2, 0.28 * r.pp + 0.6) for r in ok] + [2.4]
+    total = sum(heights) + 0.25 * len(heights) + 0.9
+    fig = plt.figure(figsize=(14, total), dpi=110)
+    gs = fig.add_gridspec(len(heights), 2, height_ratios=heights, hspace=0.55, wspace=0.18,
+                          top=1 - 0.75 / total, bottom=0.45 / total)
+    tmax = max((r.step for r in ok), default=1.0) * 1e3
+    for i, r in enumerate(ok):
+        ax = fig.add_subplot(gs[i, :])
+        ax.set_facecolor("#E6E6E6")
+        by = {}
+        for rank, cat, s, e, mb, ch, lane in r.spans:
+            by.setdefault((rank, cat, ch > 0, lane), []).append((s * 1e3, (e - s) * 1e3))
+        band = {0: (-0.42, 0.84), 1: (0.0, 0.42), 2: (-0.42, 0.42)}
+        for (rank, cat, later_chunk, lane), bars in sorted(by.items()):
+            y0, hgt = band[lane]
+            ax.broken_barh(bars, (r.pp - 1 - rank + y0, hgt), facecolors=COLORS.get(cat, "#999999"),
+                           alpha=0.6 if later_chunk else 1.0, edgecolor="white", linewidth=0.3)
+        m = r.result["num_microbatches"]
+        if m <= 24:
+            for rank, cat, s, e, mb, ch, lane in r.spans:
+                if cat in ("F", "B", "BW", "W") and (e - s) * 1e3 > tmax / 120:
+                    y0, hgt = band[lane]
+                    ax.text((s + e) / 2 * 1e3, r.pp - 1 - rank + y0 + hgt / 2, str(mb), ha="center", va="center",
+                            fontsize=5.5 if lane else 6, color="white" if cat != "W" else "black")
+        ax.set_xlim(0, tmax)
+        ax.set_ylim(-0.6, r.pp - 0.4)
+        ax.set_yticks(range(r.pp))
+        ax.set_yticklabels([f"{r.pp - 1 - k}" for k in range(r.pp)], fontsize=7)
+        ax.set_ylabel("rank", fontsize=8)
+        x = r.result
+        ax.set_title(f"{r.label}: step {fmt_time(x['step_time_s'])}, bubble {100 * x['bubble_fraction']:.1f} %, "
+                     f"peak {x['peak_memory_bytes'] / GiB:.1f} GiB", fontsize=9, loc="left")
+        ax.tick_params(axis="x", labelsize=7)
+    if ok:
+        ax.set_xlabel("time (ms); grey = idle; numbers = microbatch; paler = the rank's later chunks; "
+                      "half-height = an overlapped forward/backward pair", fontsize=8)
+    axs = fig.add_subplot(gs[-1, 0])
+    axm = fig.add_subplot(gs[-1, 1])
+    labels = [r.label for r in ok]
+    axs.barh(labels, [r.step for r in ok], color="#4C78A8")
+    axs.set_xlabel("step time (s)", fontsize=8)
+    axs.invert_yaxis()
+    cap = ok[0].result["memory_capacity_bytes"] / GiB if ok else 0
+    axm.barh(labels, [r.result["peak_memory_bytes"] / GiB for r in ok],
+             color=["#54A24B" if r.result["fits_in_memory"] else "#E45756" for r in ok])
+    if ok:
+        axm.axvline(cap, color="black", linestyle="--", linewidth=1)
+        axm.text(cap, -0.6, " capacity", fontsize=7, va="bottom")
+    axm.set_xlabel("peak memory per rank (GiB); red = does not fit", fontsize=8)
+    axm.invert_yaxis()
+    for a in (axs, axm):
+        a.tick_params(labelsize=7)
+    fig.legend(handles=[Patch(color=COLORS[k], label=l) for k, l in
+                        (("F", "forward F"), ("B", "backward B / BW"), ("W", "weight gradient W"), ("opt", "optimizer"))],
+               loc="upper right", ncol=4, fontsize=8, frameon=False, bbox_to_anchor=(0.99, 1 - 0.1 / total))
+    fig.suptitle(title, x=0.01, y=1 - 0.12 / total, ha="left", va="top", fontsize=10)
+    save_figure(fig, path, bbox_inches="tight")

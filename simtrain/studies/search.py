@@ -1,0 +1,646 @@
+"""Plan search (above the pipeline): the best parallel plan for a scenario's model, cluster and
+global batch, ranked by event-level simulation.
+
+    enumerate  tp x cp x pp x dp = devices (tp within a scale-up domain, dividing the heads and
+               pairing with the KV heads; cp only for sequences >= 16k with seq % 2cp = 0; pp
+               splitting the layers evenly, vpp for interleaved 1F1B; ep dividing the experts and
+               tp x cp x dp for MoE), micro batch (a divisor of global_batch / dp, <= --max-mb),
+               sequence parallel (tp > 1), recompute, ZeRO stage, schedule; `--fix` narrows an axis
+    validate   each plan through the loader (build_scenario): every divisibility, schedule and
+               world-size rule the scenario file would meet; ConfigErrors drop the plan
+    prune      memory: static (weights + grads + optimizer) + buffers + one microbatch-chunk of
+               activations is a lower bound of the simulated peak: above capacity -> dropped
+               step: the closed form `simtrain.studies.estimate` orders the survivors, those whose memory
+               estimate (the schedule's in-flight microbatch-chunks) fits first
+    simulate   the first `max_candidates` at event level; the final ranking is the simulation's,
+               plans that fit before plans that do not
+
+Objectives: step_time (s, lower is better), tokens_per_s (higher), cost (US$ per million tokens =
+price per device-hour x devices x step time / 3600 / tokens per step x 1e6, from the scenario's
+`cost.price_per_device_hour`). At one cluster size the three order plans alike; with `--nodes`
+(several cluster sizes) they differ: more devices buy tokens/s at a price.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from simtrain.errors import Collector, ConfigError, Problem, SimtrainError
+
+RECOMPUTE = ("none", "selective", "full")
+DEFAULT_SCHEDULES = ("1f1b", "interleaved_1f1b")
+VPPS = (2, 3, 4, 6, 8)
+LONG_SEQUENCE = 16384
+OBJECTIVES = ("step_time", "tokens_per_s", "cost")
+
+# plan axes and the scenario key each one sets
+AXES = {"tp": "parallel.tp", "cp": "parallel.cp", "pp": "parallel.pp", "dp": "parallel.dp", "ep": "parallel.ep",
+        "vpp": "parallel.vpp", "schedule": "parallel.schedule", "sequence_parallel": "parallel.sequence_parallel",
+        "zero_stage": "parallel.zero_stage", "micro_batch_size": "training.micro_batch_size",
+        "recompute": "training.recompute", "nodes": "cluster.nodes"}
+KEY_AXIS = {v: k for k, v in AXES.items()}
+# a plan replaces these: an explicit layer split or rank map belongs to the base plan only
+CLEARED = ("parallel.layers_per_stage", "parallel.first_stage_layers", "parallel.last_stage_layers",
+           "parallel.schedule_csv", "parallel.device_of_rank")
+
+
+@dataclass(frozen=True, order=True)
+class Plan:
+    nodes: int
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    ep: int
+    schedule: str
+    vpp: int
+    micro_batch_size: int
+    sequence_parallel: bool
+    recompute: str
+    zero_stage: int
+    layers_per_stage: tuple | None = None     # an uneven split when the layers do not divide evenly
+
+    def overrides(self) -> list:
+        return [f"{AXES[k]}={json.dumps(getattr(self, k))}" for k in AXES] + [f"{k}=null" for k in CLEARED] + (
+            [f"parallel.layers_per_stage={json.dumps(list(self.layers_per_stage))}"] if self.layers_per_stage else [])
+
+    def label(self) -> str:
+        s = f"tp{self.tp}" + (f" cp{self.cp}" if self.cp > 1 else "") + f" pp{self.pp} dp{self.dp}"
+        s += f" ep{self.ep}" if self.ep > 1 else ""
+        s += f" mb{self.micro_batch_size}" + (" sp" if self.sequence_parallel else "")
+        s += f" rc-{self.recompute} z{self.zero_stage} {self.schedule}" + (f"/v{self.vpp}" if self.vpp > 1 else "")
+        if self.layers_per_stage:
+            q = min(self.layers_per_stage)
+            s += f" [{q}..{max(self.layers_per_stage)}]"
+        return s
+
+    def key_values(self) -> dict:
+        return {k: getattr(self, k) for k in AXES}
+
+
+def uneven_split(L: int, S: int) -> tuple | None:
+    """L layers over S stages when S does not divide L: the S − r lighter stages (L // S layers) at
+    the ends, first and last first (they also hold the embedding and the head), the r heavier ones
+    (one more) in the middle. None when S divides L. Example: 126 over 16 -> (7, 8 x 14, 7), the
+    split of the shipped Llama-3-405B scenario."""
+    q, r = divmod(L, S)
+    if r == 0 or q == 0:
+        return None
+    light = S - r
+    ends = []
+    lo, hi = 0, S - 1
+    for i in range(light):
+        if i % 2 == 0:
+            ends.append(lo)
+            lo += 1
+        else:
+            ends.append(hi)
+            hi -= 1
+    return tuple(q if k in ends else q + 1 for k in range(S))
+
+
+def divisors(n: int) -> list:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def parse_fixes(fixes, path: str) -> dict:
+    """`--fix parallel.tp=8` -> {"tp": 8} for plan axes; other keys (e.g. parallel.placement) are
+    plain overrides applied to every plan, returned under "_extra"."""
+    out, extra = {}, []
+    errs = Collector("--fix")
+    for f in fixes or ():
+        key, eq, val = f.partition("=")
+        key = key.strip()
+        if not eq:
+            errs.add(f, "expected key.path=value", "write e.g. `--fix parallel.tp=8`")
+            continue
+        try:
+            v = yaml.safe_load(val)
+        except yaml.YAMLError:
+            v = val
+        if key in KEY_AXIS:
+            name = KEY_AXIS[key]
+            if name == "sequence_parallel":
+                ok, want = isinstance(v, bool), "true or false"
+            elif name == "schedule":
+                from simtrain.schedules import SCHEDULES
+                ok, want = v in SCHEDULES, f"one of: {', '.join(SCHEDULES)}"
+            elif name == "recompute":
+                ok, want = v in RECOMPUTE, f"one of: {', '.join(RECOMPUTE)}"
+            else:
+                lo = 0 if name == "zero_stage" else 1
+                ok, want = isinstance(v, int) and not isinstance(v, bool) and v >= lo, f"a whole number >= {lo}"
+            if not ok:
+                errs.add(key, f"--fix value {val!r} is not valid", f"give {want}")
+                continue
+            out[name] = v
+        else:
+            extra.append(f)
+    errs.raise_if_any()
+    out["_extra"] = extra
+    return out
+
+
+def enumerate_plans(model, global_batch: int, devices_per_node: int, nodes_list, fixes: dict,
+                    schedules=DEFAULT_SCHEDULES, max_mb: int = 8, zero_stages=(0, 1)) -> list:
+    """Every structurally valid plan (the loader still checks each); sorted, so the order is stable.
+
+    Example (tests/test_search.py): 4 devices, 8 layers, 8 heads, global batch 8, with sp, recompute,
+    ZeRO and schedule fixed: (tp, pp, dp) in {(1,1,4) (1,2,2) (1,4,1) (2,1,2) (2,2,1) (4,1,1)}, micro
+    batches dividing 8/dp -> 2 + 3 + 4 + 3 + 4 + 4 = 20 plans."""
+    fx = {k: v for k, v in fixes.items() if k != "_extra"}
+
+    def axis(name, values):
+        return [fx[name]] if name in fx else list(values)
+    a, g = model.num_attention_heads, model.num_key_value_heads
+    L, s = model.num_layers, model.seq_length
+    moe = model.moe
+    out = []
+    for nodes in axis("nodes", nodes_list):
+        W = nodes * devices_per_node
+        for tp in axis("tp", [d for d in divisors(W) if d <= devices_per_node and a % d == 0 and (g % d == 0 or d % g == 0)]):
+            cps = [c for c in divisors(W // tp) if c == 1 or (s >= LONG_SEQUENCE and s % (2 * c) == 0 and c <= 32)] if W % tp == 0 else []
+            for cp in axis("cp", cps):
+                if W % (tp * cp):
+                    continue
+                for pp in axis("pp", [p for p in divisors(W // (tp * cp)) if p <= L // 2 or p == 1 or L % p == 0]):
+                    if W % (tp * cp * pp):
+                        continue
+                    dp = W // (tp * cp * pp)
+                    if "dp" in fx and fx["dp"] != dp:
+                        continue
+                    if global_batch % dp:
+                        continue
+                    eps = [e for e in divisors(moe.num_experts) if (tp * cp * dp) % e == 0] if moe is not None else [1]
+                    mbs = [m for m in divisors(global_batch // dp) if m <= max_mb]
+                    scheds = []
+                    for sch in axis("schedule", schedules if pp > 1 else ("1f1b",)):
+                        if sch == "interleaved_1f1b":
+                            scheds += [(sch, v) for v in axis("vpp", VPPS) if L % (pp * v) == 0]
+                        elif "vpp" not in fx or fx["vpp"] in (1, None):
+                            scheds.append((sch, 1))
+                    split = uneven_split(L, pp)
+                    sps = [False, True] if tp > 1 else [False]
+                    if moe is not None and tp > 1:
+                        sps = [True]
+                    for ep, (sch, vpp), mb, sp, rc, z in itertools.product(
+                            axis("ep", eps), scheds, axis("micro_batch_size", mbs), axis("sequence_parallel", sps),
+                            axis("recompute", RECOMPUTE), axis("zero_stage", zero_stages)):
+                        out.append(Plan(nodes, tp, cp, pp, dp, ep, sch, vpp, mb, sp, rc, z, split if vpp == 1 else None))
+    return sorted(set(out))
+
+
+_SCHEDULES: dict = {}
+
+
+def cached_schedule(parallel, m: int):
+    """The plan's schedule for pruning, memoized: a registered schedule depends only on (name, pp,
+    microbatches, vpp) (schedules.build_schedule), and thousands of plans share a few. Built with
+    its builder's own checks but without `validate` (a dependency walk quadratic in the actions,
+    most of a candidate's cost): the registered builders are validated by the schedule tests, and
+    every plan that is simulated goes through the validated `schedule_for` again."""
+    from simtrain.errors import ScheduleError
+    from simtrain.schedules import SCHEDULES, schedule_for
+    if parallel.schedule_csv:
+        return schedule_for(parallel, m)
+    key = (parallel.schedule, parallel.pp, m, parallel.vpp)
+    if key not in _SCHEDULES:
+        d = SCHEDULES[parallel.schedule]
+        problems = d.check(parallel.pp, m, parallel.vpp)
+        if problems:
+            raise ScheduleError("; ".join(f"{k}: {p}; {f}" for k, p, f in problems))
+        sched = d.build(parallel.pp, m, parallel.vpp)
+        _SCHEDULES[key] = (sched, sched.split_backward)
+    return _SCHEDULES[key][0]
+
+
+def _split_backward(parallel, m: int) -> bool:
+    cached_schedule(parallel, m)
+    key = (parallel.schedule, parallel.pp, m, parallel.vpp)
+    return _SCHEDULES[key][1] if key in _SCHEDULES else cached_schedule(parallel, m).split_backward
+
+
+class _memoized_estimate:
+    """Within the block, simtrain.studies.estimate's schedule_for and choose are memoized (both are pure:
+    the same arguments give the same frozen result; topologies are keyed by identity, one object
+    per cluster size); restored on exit."""
+
+    def __enter__(self):
+        import simtrain.studies.estimate as E
+        self.E, self.saved = E, (E.schedule_for, E.choose)
+        base_choose, cache = E.choose, {}
+
+        def choose(coll, n, g, topo, algorithm="auto", protocol="auto", measured=(), notes=None):
+            if notes is not None:
+                return base_choose(coll, n, g, topo, algorithm, protocol, measured, notes)
+            key = (coll, n, g, id(topo), algorithm, protocol, measured)
+            if key not in cache:
+                cache[key] = base_choose(coll, n, g, topo, algorithm, protocol, measured)
+            return cache[key]
+        E.schedule_for, E.choose = cached_schedule, choose
+        return self
+
+    def __exit__(self, *exc):
+        self.E.schedule_for, self.E.choose = self.saved
+        return False
+
+
+def closed_form(sc, topo) -> float:
+    """simtrain.studies.estimate's step time: the interleaved pipeline term (m·v + p − 1) chunk times and
+    the gradient reduction the last microbatch's backward cannot hide (both found by comparing
+    with the simulation over every plan of a small case, tests/test_search.py)."""
+    from simtrain.studies.estimate import estimate
+    return estimate(sc, topo)["step_time_s"]
+
+
+def memory_bounds(sc, topo) -> tuple:
+    """(lower bound, estimate) of the peak bytes of the busiest rank, without simulating.
+    Lower: static + buffers + the largest single microbatch-chunk's stored activations (every
+    schedule holds at least one when its first backward starts). Estimate: the in-flight count
+    from walking the schedule's actions (F allocates a chunk's activations, its B / BW frees them;
+    with a split backward the W does), the engine's rule, plus the transient working bytes."""
+    from simtrain.simulate import comm_buffers, static_memory
+    from simtrain.workload.build import build_workload
+    p = sc.parallel
+    sched = cached_schedule(p, sc.num_microbatches)
+    work = build_workload(sc, sched.num_stages)
+    act = [sum(w.act_layers) + w.act_bytes_pre + w.act_bytes_post for w in work]
+    layer_params = max((d + e for w in work for d, e in zip(w.layer_dense, w.layer_expert)), default=0.0)
+    buf = comm_buffers(sc, layer_params)
+    lower = est = 0.0
+    free_on = "W" if _split_backward(p, sc.num_microbatches) else None
+    for r, held in enumerate(sched.stage_of):
+        st = sum(static_memory(sc, sum(work[k].params for k in held), sum(work[k].expert_params for k in held)).values())
+        lower = max(lower, st + buf + max(act[k] for k in held))
+        cur = peak = 0.0
+        for a in sched.actions[r]:
+            k = held[a.chunk] if a.chunk < len(held) else held[0]
+            if a.kind == "F":
+                cur += act[k]
+                peak = max(peak, cur)
+            elif (free_on == "W" and a.kind in ("W", "BW")) or (free_on is None and a.kind in ("B", "BW")):
+                cur -= act[k]
+        est = max(est, st + buf + peak + max(work[k].act_working_bytes for k in held))
+    return lower, est
+
+
+def plan_raw(raw: dict, plan: Plan) -> dict:
+    """The scenario dict with the plan's values set (what `apply_overrides(raw, plan.overrides())`
+    gives, without parsing 17 YAML snippets per plan)."""
+    d = copy.deepcopy(raw)
+    for k, key in AXES.items():
+        sec, name = key.split(".")
+        if not isinstance(d.get(sec), dict):
+            d[sec] = {}
+        d[sec][name] = getattr(plan, k)
+    for key in CLEARED:
+        sec, name = key.split(".")
+        d[sec][name] = None
+    if plan.layers_per_stage:
+        d["parallel"]["layers_per_stage"] = list(plan.layers_per_stage)
+    return d
+
+
+_TOPOLOGIES: dict = {}
+
+
+class _memoized_topology:
+    """Within the block, the loader's load_topology is memoized on (file, nodes, mtime): every plan
+    of a cluster size reads the same topology file. Restored on exit."""
+
+    def __enter__(self):
+        import os
+
+        import simtrain.spec.loading as Ld
+        self.L, self.saved = Ld, Ld.load_topology
+        base = Ld.load_topology
+
+        def load(path, nodes, *a, **kw):
+            key = (str(path), nodes, os.path.getmtime(path), a, tuple(sorted(kw.items())))
+            if key not in _TOPOLOGIES:
+                _TOPOLOGIES[key] = base(path, nodes, *a, **kw)
+            return _TOPOLOGIES[key]
+        Ld.load_topology = load
+        return self
+
+    def __exit__(self, *exc):
+        self.L.load_topology = self.saved
+        return False
+
+
+@dataclass
+class Candidate:
+    plan: Plan
+    scenario: object = None
+    topology: object = None
+    mem_lower: float = 0.0
+    mem_estimate: float = 0.0
+    capacity: float = 0.0
+    estimate_s: float = 0.0
+    result: dict | None = None
+    error: str | None = None
+    objective: float = 0.0
+
+    @property
+    def est_fits(self) -> bool:
+        return self.mem_estimate <= self.capacity
+
+
+@dataclass
+class SearchResult:
+    ranked: list                       # simulated candidates, best first
+    enumerated: int
+    invalid: int                       # dropped by the loader's checks
+    memory_pruned: int                 # dropped by the memory lower bound
+    estimated: int                     # closed-form estimates computed
+    simulated: int
+    wall_s: float
+    objective: str
+    price: float | None
+    base_raw: dict = field(default_factory=dict)
+    timing: dict = field(default_factory=dict)
+
+
+def objective_value(objective: str, r: dict, sc, price) -> float:
+    """Lower is better for every objective (tokens/s enters negated)."""
+    if objective == "step_time":
+        return r["step_time_s"]
+    if objective == "tokens_per_s":
+        return -r["tokens_per_s"]
+    return cost_per_mtok(price, r)
+
+
+def cost_per_mtok(price, r: dict) -> float:
+    """US$ per million tokens: price x devices x step / 3600 / tokens per step x 1e6.
+    Example: $2/device-h, 1,024 devices, a 10 s step of 3.1M tokens: 2 x 1024 x 10 / 3600 / 3.1e6 x 1e6 = $1.84."""
+    return price * r["num_devices"] * r["step_time_s"] / 3600.0 / (r["tokens_per_s"] * r["step_time_s"]) * 1e6
+
+
+def _load_raw(path: Path) -> dict:
+    from simtrain.spec.loading import load_scenario
+    load_scenario(path)                  # the base must load: its errors are the user's to fix first
+    return yaml.safe_load(path.read_text())
+
+
+def search(path, objective: str = "step_time", fixes=(), max_candidates: int = 20, nodes_list=None,
+           schedules=DEFAULT_SCHEDULES, max_mb: int = 8, zero_stages=(0, 1), exhaustive: bool = False) -> SearchResult:
+    """`exhaustive` simulates every plan that survives the memory lower bound (the tests' reference)."""
+    from simtrain.hardware.devices import device_of
+    from simtrain.simulate import simulate
+    from simtrain.spec.loading import apply_overrides, build_scenario, load_scenario
+    t0 = time.perf_counter()
+    path = Path(path)
+    if objective not in OBJECTIVES:
+        raise ConfigError([Problem("--objective", "", f"unknown objective {objective!r}", f"use one of: {', '.join(OBJECTIVES)}")])
+    raw = _load_raw(path)
+    fx = parse_fixes(fixes, str(path))
+    extra = fx["_extra"]
+    base, topo0 = load_scenario(path, extra)
+    price = None
+    if objective == "cost":
+        price = (raw.get("cost") or {}).get("price_per_device_hour")
+        if price is None:
+            raise ConfigError([Problem(str(path), "cost.price_per_device_hour", "--objective cost needs a price per device-hour",
+                                       "add `cost: {price_per_device_hour: 2.0}` (US$) to the scenario")])
+    plans = enumerate_plans(base.model, base.training.global_batch_size, topo0.devices_per_node,
+                            nodes_list or [base.cluster.nodes], fx, schedules, max_mb, zero_stages)
+    cands, invalid, pruned, topos = [], 0, 0, {}
+    raw_x = apply_overrides(raw, extra, Collector(str(path)))
+    t1 = time.perf_counter()
+    for plan in plans:
+        errs = Collector(str(path))
+        try:
+            with _memoized_topology():
+                sc, topo = build_scenario(plan_raw(raw_x, plan), path, errs)
+        except ConfigError:
+            invalid += 1
+            continue
+        topo = topos.setdefault(sc.cluster.nodes, topo)      # one object per size: the memo keys on it
+        lo, est = memory_bounds(sc, topo)
+        cap = device_of(sc.cluster).memory_bytes
+        if lo > cap:
+            pruned += 1
+            continue
+        cands.append(Candidate(plan, sc, topo, lo, est, cap))
+    t2 = time.perf_counter()
+    # closed form for the plans whose memory estimate fits; the others only if too few fit
+    fit = [c for c in cands if c.est_fits]
+    todo = cands if (exhaustive or len(fit) < max_candidates) else fit
+    with _memoized_estimate():
+        for c in todo:
+            c.estimate_s = closed_form(c.scenario, c.topology)
+            W = c.scenario.world_size
+            tokens = c.scenario.training.global_batch_size * c.scenario.model.seq_length
+            c.objective = {"step_time": c.estimate_s, "tokens_per_s": -tokens / c.estimate_s,
+                           "cost": (price or 0.0) * W * c.estimate_s / 3600.0 / tokens * 1e6}[objective]
+    cands = todo
+    t3 = time.perf_counter()
+    cands.sort(key=lambda c: (not c.est_fits, c.objective, c.plan))
+    chosen = cands if exhaustive else cands[:max_candidates]
+    for c in chosen:
+        try:
+            c.result = simulate(c.scenario, c.topology).result
+            c.objective = objective_value(objective, c.result, c.scenario, price)
+        except SimtrainError as e:
+            c.error = str(e).splitlines()[0]
+    t4 = time.perf_counter()
+    ranked = sorted([c for c in chosen if c.result is not None], key=lambda c: (not c.result["fits_in_memory"], c.objective, c.plan))
+    ranked += [c for c in chosen if c.result is None]
+    return SearchResult(ranked, len(plans), invalid, pruned, len(todo), len(chosen), time.perf_counter() - t0, objective, price,
+                        raw, {"validate_and_memory_s": t2 - t1, "estimate_s": t3 - t2, "simulate_s": t4 - t3})
+
+
+COMPONENTS = ("compute_s", "bubble_s")
+
+
+def _components(r: dict) -> dict:
+    b = r["breakdown"]
+    d = {"compute": b["compute_s"], "pipeline bubble": b["bubble_s"]}
+    for k, v in b["exposed_comm_s"].items():
+        d[f"exposed {k} comm"] = v
+    return d
+
+
+def why_best(res: SearchResult) -> str:
+    """One line: which part of the busiest rank's step the best plan spends less on than the runner-up."""
+    from simtrain.units import fmt_time
+    ok = [c for c in res.ranked if c.result is not None]
+    if len(ok) < 2:
+        return "only one plan was simulated"
+    a, b = ok[0], ok[1]
+    if a.result["fits_in_memory"] and not b.result["fits_in_memory"]:
+        return f"{a.plan.label()} is the only simulated plan that fits in memory among the first two"
+    ca, cb = _components(a.result), _components(b.result)
+    diffs = sorted(((cb[k] - ca[k], k) for k in ca), reverse=True)
+    gain, comp = diffs[0]
+    dt = b.result["step_time_s"] - a.result["step_time_s"]
+    line = (f"best {a.plan.label()} beats the runner-up {b.plan.label()} by {fmt_time(dt)} per step"
+            f" ({100 * dt / b.result['step_time_s']:.1f} %)")
+    if gain > 0:
+        line += f": its {comp} is {fmt_time(gain)} shorter ({fmt_time(ca[comp])} vs {fmt_time(cb[comp])} on the busiest rank)"
+    if res.objective == "cost" and a.result["num_devices"] != b.result["num_devices"]:
+        line += f"; on {a.result['num_devices']} devices vs {b.result['num_devices']}"
+    return line
+
+
+def table(res: SearchResult, top: int) -> str:
+    from simtrain.units import fmt_bytes, fmt_time
+    head = f"  {'#':>3} {'plan':52s} {'step':>9s} {'estimate':>9s} {'MFU':>6s} {'peak mem':>10s} {'fits':>4s} {'bubble':>7s} {'exposed comm (tp/cp/ep/pp/dp)':>32s}"
+    if res.objective == "cost":
+        head += f" {'$/Mtok':>8s}"
+    lines = [head]
+    for i, c in enumerate(res.ranked[:top], 1):
+        if c.result is None:
+            lines.append(f"  {i:>3} {c.plan.label():52s} error: {c.error}")
+            continue
+        r = c.result
+        ex = r["breakdown"]["exposed_comm_s"]
+        comm = "/".join(f"{1e3 * ex[k]:.0f}" for k in ("tp", "cp", "ep", "pp", "dp")) + " ms"
+        line = (f"  {i:>3} {c.plan.label():52s} {fmt_time(r['step_time_s']):>9s} {fmt_time(c.estimate_s):>9s} {100 * r['mfu']:5.1f}% "
+                f"{fmt_bytes(r['peak_memory_bytes']):>10s} {'yes' if r['fits_in_memory'] else 'NO':>4s} {100 * r['bubble_fraction']:6.1f}% {comm:>32s}")
+        if res.objective == "cost":
+            line += f" {cost_per_mtok(res.price, r):8.3f}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def best_scenario(res: SearchResult, path: Path) -> dict:
+    """The base scenario's YAML with the best plan applied; file paths made absolute so the file
+    runs from wherever it is written."""
+    from simtrain.hardware.topology import find_topology_file
+    from simtrain.spec.loading import apply_overrides
+    best = res.ranked[0]
+    errs = Collector(str(path))
+    doc = apply_overrides(res.base_raw, best.plan.overrides(), errs)
+    for k in CLEARED:
+        sec, key = k.split(".")
+        if not (k == "parallel.layers_per_stage" and best.plan.layers_per_stage):
+            doc.get(sec, {}).pop(key, None)
+    if doc["parallel"].get("vpp") == 1 and doc["parallel"].get("schedule") != "interleaved_1f1b":
+        doc["parallel"].pop("vpp")
+    t = find_topology_file(doc["cluster"]["topology"], path.parent)
+    if t is not None:
+        doc["cluster"]["topology"] = str(Path(t).resolve())
+    for sec, key in (("cluster", "device_profile"), ("model", "hf_config")):
+        v = (doc.get(sec) or {}).get(key) if isinstance(doc.get(sec), dict) else None
+        if isinstance(v, str) and not Path(v).is_absolute() and (path.parent / v).exists():
+            doc[sec][key] = str((path.parent / v).resolve())
+    doc["name"] = f"{doc.get('name', path.stem)}-best"
+    return doc
+
+
+def pareto(points) -> list:
+    """Indices of the points no other point beats in both coordinates (lower is better in each).
+    Example: (1, 5) (2, 3) (3, 4) (4, 1) -> 0, 1, 3 ((3, 4) is beaten by (2, 3))."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], points[i][1]))
+    front, best_y = [], float("inf")
+    for i in order:
+        if points[i][1] < best_y:
+            front.append(i)
+            best_y = points[i][1]
+    return sorted(front)
+
+
+def figure(res: SearchResult, path: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from simtrain.results.figures import save_figure
+    ok = [c for c in res.ranked if c.result is not None]
+    GiB = 2.0**30
+    pts = [(c.result["peak_memory_bytes"] / GiB, c.result["step_time_s"]) for c in ok]
+    front = set(pareto(pts))
+    fig, ax = plt.subplots(figsize=(8, 5))
+    fit = [i for i, c in enumerate(ok) if c.result["fits_in_memory"]]
+    nofit = [i for i, c in enumerate(ok) if not c.result["fits_in_memory"]]
+    ax.scatter([pts[i][0] for i in fit], [pts[i][1] for i in fit], c="#4c72b0", s=22, label="simulated plan (fits)")
+    if nofit:
+        ax.scatter([pts[i][0] for i in nofit], [pts[i][1] for i in nofit], c="#c44e52", marker="x", s=22, label="does not fit")
+    fr = sorted(front, key=lambda i: pts[i][0])
+    ax.plot([pts[i][0] for i in fr], [pts[i][1] for i in fr], "-o", c="#dd8452", mfc="none", ms=9, label="Pareto front")
+    if ok:
+        ax.axvline(ok[0].result["memory_capacity_bytes"] / GiB, c="grey", ls="--", lw=1, label="device memory")
+        b = ok[0]
+        ax.annotate(f"best: {b.plan.label()}", (pts[0][0], pts[0][1]), xytext=(8, 8), textcoords="offset points", fontsize=8)
+    ax.set_xlabel("peak memory per device (GiB)")
+    ax.set_ylabel("step time (s)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110)
+
+
+def to_csv(res: SearchResult) -> str:
+    import csv
+    import io
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    cols = list(AXES)
+    w.writerow(["rank"] + cols + ["estimate_s", "step_time_s", "mfu", "tokens_per_s", "peak_memory_bytes", "fits_in_memory",
+                                  "bubble_fraction"] + [f"exposed_{k}_s" for k in ("tp", "cp", "ep", "pp", "dp")] + ["error"])
+    for i, c in enumerate(res.ranked, 1):
+        r = c.result or {}
+        ex = r.get("breakdown", {}).get("exposed_comm_s", {})
+        w.writerow([i] + [getattr(c.plan, k) for k in cols] + [repr(c.estimate_s)] +
+                   [repr(r[k]) if k in r else "" for k in ("step_time_s", "mfu", "tokens_per_s", "peak_memory_bytes")] +
+                   [r.get("fits_in_memory", ""), repr(r["bubble_fraction"]) if r else ""] +
+                   [repr(ex[k]) if k in ex else "" for k in ("tp", "cp", "ep", "pp", "dp")] + [c.error or ""])
+    return buf.getvalue()
+
+
+def _int_list(text: str, what: str) -> list:
+    try:
+        vals = [int(x) for x in text.split(",")]
+        if any(v < 1 for v in vals):
+            raise ValueError
+        return vals
+    except ValueError:
+        raise ConfigError([Problem(what, "", f"expected whole numbers >= 1 separated by commas, got {text!r}", f"write e.g. `{what} 16,32,64`")])
+
+
+def main(args) -> int:
+    from simtrain import __version__
+    from simtrain.results.io import write_atomic
+    from simtrain.units import fmt_time
+    path = Path(args.scenario)
+    if args.max_candidates < 1 or args.top < 1:
+        raise ConfigError([Problem("--max-candidates" if args.max_candidates < 1 else "--top", "", "must be >= 1", "give a whole number >= 1")])
+    nodes = _int_list(args.nodes, "--nodes") if args.nodes else None
+    try:
+        zero = tuple(int(z) for z in args.zero.split(",")) if args.zero else (0, 1)
+    except ValueError:
+        zero = (-1,)
+    if any(z not in (0, 1, 2, 3) for z in zero):
+        raise ConfigError([Problem("--zero", "", f"ZeRO stages are 0..3, got {args.zero!r}", "write e.g. `--zero 0,1,2`")])
+    scheds = tuple(s.strip() for s in args.schedules.split(",")) if args.schedules else DEFAULT_SCHEDULES
+    res = search(path, args.objective, args.fix or (), args.max_candidates, nodes, scheds, args.max_mb, zero)
+    print(f"simtrain {__version__} — search {path} (objective {res.objective})")
+    print(f"  {res.enumerated} plans enumerated, {res.invalid} rejected by the scenario checks, {res.memory_pruned} pruned by the "
+          f"memory lower bound, {res.estimated} estimated in closed form, {res.simulated} simulated; {res.wall_s:.1f} s "
+          f"(checks {res.timing['validate_and_memory_s']:.1f} s, estimate {res.timing['estimate_s']:.1f} s, simulation {res.timing['simulate_s']:.1f} s)")
+    if not res.ranked:
+        raise ConfigError([Problem(str(path), "parallel", "no plan passes the scenario checks and the memory lower bound",
+                                   "relax --fix, allow more nodes (--nodes) or a larger --max-mb, or use a device with more memory")])
+    print()
+    print(table(res, args.top))
+    best = res.ranked[0]
+    if best.result is not None:
+        print(f"\n  why: {why_best(res)}")
+        if not best.result["fits_in_memory"]:
+            print("  warning: no simulated plan fits in memory; raise --max-candidates or relax --fix")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / "best.yaml", yaml.safe_dump(best_scenario(res, path), sort_keys=False).encode())
+        write_atomic(out / "search.csv", to_csv(res).encode())
+        figure(res, out / "search.png", f"{path.name}: {res.simulated} simulated plans (best {fmt_time(best.result['step_time_s'])})"
+               if best.result else path.name)
+        print(f"\n  wrote {out}/: best.yaml (run it: simtrain run {out}/best.yaml) search.csv search.png")
+    return 0

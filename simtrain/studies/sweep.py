@@ -1,0 +1,368 @@
+"""Sweeps (beside the pipeline, above it): the cartesian product of `--set`-style overrides of one
+scenario, each point loaded and simulated as `simtrain run` would, results appended row by row to a
+SQLite store keyed by a hash of the *resolved* scenario.
+
+    points = product(grid values)          e.g. cluster.nodes=16,32 x parallel.tp=4,8 -> 4 points
+    key    = sha256(json(resolved scenario, sort_keys) + sha256 of the topology / profile files)
+    store  = DIR/sweep.sqlite, table `points` (key primary), one committed row per finished point
+
+Why SQLite (standard library, one file): every finished point is one committed transaction, so a
+sweep killed at any moment keeps every row it finished and none half-written (the journal rolls
+an open transaction back); the rerun asks the primary-key index which keys exist and computes only
+the rest; and the rows can be queried afterwards (`sqlite3 DIR/sweep.sqlite "select ... where
+fits=1 order by step_time_s"`) without loading a whole file. Parquet serves column scans, but
+appending one row per point means one file per row or a rewrite per row.
+
+Two override lists that resolve to the same scenario (a value equal to the default) share a key
+and are simulated once. A point whose scenario does not load (a ConfigError from a bad
+combination) or does not simulate (any SimtrainError) is stored with its error text; the sweep
+goes on. Rows carry no wall-clock times, so serial, process and dask executors give identical rows
+(listed sorted by key).
+
+Executors: `serial` (this process), `process` (concurrent.futures.ProcessPoolExecutor over all
+local cores), `dask` (futures on an existing `distributed.Client`; the workers need the scenario
+and topology files at the same paths, as on a shared file system).
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import sqlite3
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from simtrain.errors import Collector, ConfigError, SimtrainError
+
+COLUMNS = ("key", "overrides", "status", "error", "step_time_s", "tokens_per_s", "mfu", "peak_memory_bytes",
+           "fits_in_memory", "bubble_fraction", "num_devices", "result")
+
+SCHEMA = """CREATE TABLE IF NOT EXISTS points (
+    key TEXT PRIMARY KEY, overrides TEXT NOT NULL, status TEXT NOT NULL, error TEXT,
+    step_time_s REAL, tokens_per_s REAL, mfu REAL, peak_memory_bytes REAL, fits_in_memory INTEGER,
+    bubble_fraction REAL, num_devices INTEGER, result TEXT)"""
+
+
+def parse_grid(grid, fixed=()) -> list:
+    """`--grid` arguments (`key=v1,v2`, commas inside brackets kept) -> list of override lists, first
+    axis varying slowest. `fixed` (`--set`) overrides come first in every point. Keys joined by `+`
+    move together (one axis, values joined by `+` too), for values that must change in step:
+
+        ["a.x=1,2", "b=p,q"]         -> [[a.x=1, b=p], [a.x=1, b=q], [a.x=2, b=p], [a.x=2, b=q]]
+        ["n+d=32+8,64+16"]           -> [[n=32, d=8], [n=64, d=16]]"""
+    from simtrain.studies.compare import split_values
+    axes = []
+    errs = Collector("--grid")
+    for g in grid or ():
+        key, eq, val = g.partition("=")
+        if not eq or not key.strip() or not val.strip():
+            errs.add(g, "expected key.path=v1,v2,...", "write e.g. `--grid parallel.tp=4,8`")
+            continue
+        keys = [k.strip() for k in key.split("+")]
+        vals = split_values(val)
+        if len(keys) > 1:
+            split = [v.split("+") for v in vals]
+            bad = [v for v, parts in zip(vals, split) if len(parts) != len(keys)]
+            if bad:
+                errs.add(g, f"value {bad[0]!r} has {len(bad[0].split('+'))} parts for {len(keys)} keys",
+                         f"join exactly {len(keys)} values with `+`, e.g. `{key}={'+'.join(['1'] * len(keys))}`")
+                continue
+            axes.append([[f"{k}={x.strip()}" for k, x in zip(keys, parts)] for parts in split])
+        else:
+            axes.append([[f"{keys[0]}={v}"] for v in vals])
+    errs.raise_if_any()
+    return [list(fixed) + [o for part in combo for o in part] for combo in itertools.product(*axes)]
+
+
+def _file_digest(path: str) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def scenario_key(sc) -> str:
+    """sha256 of the resolved scenario (json, sorted keys) and of the files it names, whose content
+    the resolved dict holds only by path."""
+    d = sc.resolved()
+    files = {k: _file_digest(v) for k, v in (("topology", sc.cluster.topology_file), ("device_profile", sc.cluster.device_profile)) if v}
+    text = json.dumps({"scenario": d, "files": files}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def error_key(path: Path, overrides: list) -> str:
+    """A point that does not load has no resolved scenario: key it by the file's bytes and the overrides."""
+    text = json.dumps({"file": _file_digest(str(path)), "overrides": list(overrides)}, sort_keys=True)
+    return "error-" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def run_point(path: str, overrides: list) -> dict:
+    """Loads and simulates one point (in whatever process the executor chose): the row's fields
+    except key and overrides. SimtrainErrors become an error row; anything else is a bug and raises."""
+    from simtrain.simulate import simulate
+    from simtrain.spec.loading import load_scenario
+    try:
+        sc, topo = load_scenario(path, overrides)
+        r = simulate(sc, topo).result
+    except SimtrainError as e:
+        return {"status": "error", "error": str(e)}
+    return {"status": "ok", "error": None, "step_time_s": r["step_time_s"], "tokens_per_s": r["tokens_per_s"],
+            "mfu": r["mfu"], "peak_memory_bytes": r["peak_memory_bytes"], "fits_in_memory": int(bool(r["fits_in_memory"])),
+            "bubble_fraction": r["bubble_fraction"], "num_devices": r["num_devices"],
+            "result": json.dumps(r, sort_keys=True)}
+
+
+class Store:
+    """The SQLite result store: one committed row per point."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path))
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute(SCHEMA)
+        self.db.commit()
+
+    def keys(self) -> set:
+        return {k for (k,) in self.db.execute("SELECT key FROM points")}
+
+    def put(self, row: dict) -> None:
+        with self.db:        # one transaction per row: committed whole or not at all
+            self.db.execute(f"INSERT OR REPLACE INTO points ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+                            tuple(row.get(c) for c in COLUMNS))
+
+    def rows(self, keys=None) -> list:
+        cur = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM points ORDER BY key")
+        out = [dict(zip(COLUMNS, r)) for r in cur]
+        return out if keys is None else [r for r in out if r["key"] in keys]
+
+    def close(self) -> None:
+        self.db.close()
+
+
+@dataclass
+class SweepStats:
+    points: int          # grid points
+    distinct: int        # distinct resolved scenarios (keys)
+    cached: int          # already in the store: not recomputed
+    computed: int        # simulated (or failed) in this run
+    failed: int          # rows with an error among this sweep's keys
+    wall_s: float
+
+
+class Progress:
+    """`sweep: 12/40 (3 cached, 1 failed) 2.31 points/s, ETA 12 s` on stderr: rewritten in place on a
+    terminal, one line every 2 s otherwise (logs stay short)."""
+
+    def __init__(self, total: int, cached: int, stream=None, quiet: bool = False):
+        self.total, self.cached, self.done, self.failed = total, cached, 0, 0
+        self.t0 = time.perf_counter()
+        self.last = 0.0
+        self.stream = stream or sys.stderr
+        self.quiet = quiet
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def step(self, failed: bool) -> None:
+        self.done += 1
+        self.failed += int(failed)
+        now = time.perf_counter()
+        if not self.quiet and (self.tty or now - self.last >= 2.0 or self.done == self.total):
+            self.last = now
+            self.write(now)
+
+    def write(self, now: float) -> None:
+        el = now - self.t0
+        rate = self.done / el if el > 0 else 0.0
+        left = self.total - self.done
+        eta = f"{left / rate:.0f} s" if rate > 0 else "?"
+        line = (f"sweep: {self.cached + self.done}/{self.cached + self.total} ({self.cached} cached, {self.failed} failed) "
+                f"{rate:.2f} points/s, ETA {eta}")
+        self.stream.write(("\r" + line + ("\n" if left == 0 else "")) if self.tty else line + "\n")
+        self.stream.flush()
+
+
+def _iter_results(executor: str, jobs: list, client=None, workers: int | None = None):
+    """Yields (key, fields) as points finish, in whatever order the executor finishes them."""
+    if executor == "serial":
+        for key, path, over in jobs:
+            yield key, run_point(path, over)
+    elif executor == "process":
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as ex:
+            futs = {ex.submit(run_point, path, over): key for key, path, over in jobs}
+            try:
+                for f in as_completed(futs):
+                    yield futs[f], f.result()
+            except BaseException:
+                for f in futs:
+                    f.cancel()
+                raise
+    elif executor == "dask":
+        from distributed import as_completed
+        futs = {}
+        for key, path, over in jobs:
+            futs[client.submit(run_point, path, over, key=f"simtrain-point-{key}", pure=False)] = key
+        try:
+            for f in as_completed(list(futs)):
+                yield futs[f], f.result()
+        except BaseException:
+            client.cancel(list(futs))
+            raise
+    else:
+        raise ValueError(executor)
+
+
+def sweep(path, grid, fixed=(), out: Path = Path("sweep"), executor: str = "serial", client=None,
+          workers: int | None = None, on_row=None, quiet: bool = False, stream=None):
+    """Runs the grid into `out/sweep.sqlite`; returns (rows of this grid sorted by key, SweepStats).
+    `on_row(row)` is called after each row is committed (the tests interrupt a sweep with it)."""
+    from simtrain.spec.loading import load_scenario
+    t0 = time.perf_counter()
+    path = Path(path)
+    points = parse_grid(grid, fixed)
+    store = Store(Path(out) / "sweep.sqlite")
+    try:
+        have = store.keys()
+        todo, keys, errors = [], {}, []
+        for over in points:
+            try:
+                sc, _ = load_scenario(path, over)
+                key = scenario_key(sc)
+            except SimtrainError as e:
+                key = error_key(path, over)
+                if key not in have and key not in keys:
+                    errors.append({"key": key, "overrides": json.dumps(over), "status": "error", "error": str(e)})
+                keys.setdefault(key, over)
+                continue
+            if key not in keys:
+                keys[key] = over
+                if key not in have:
+                    todo.append((key, str(path), over))
+        cached = sum(1 for k in keys if k in have)
+        prog = Progress(len(todo) + len(errors), cached, stream, quiet)
+        for row in errors:            # load errors are known already: store them first
+            store.put(row)
+            prog.step(True)
+            if on_row:
+                on_row(row)
+        for key, fields in _iter_results(executor, todo, client, workers):
+            row = {"key": key, "overrides": json.dumps(keys[key]), **fields}
+            store.put(row)
+            prog.step(row["status"] != "ok")
+            if on_row:
+                on_row(row)
+        rows = store.rows(set(keys))
+    finally:
+        store.close()
+    stats = SweepStats(points=len(points), distinct=len(keys), cached=cached, computed=len(todo) + len(errors),
+                       failed=sum(1 for r in rows if r["status"] != "ok"), wall_s=time.perf_counter() - t0)
+    return rows, stats
+
+
+def to_csv(rows) -> str:
+    import csv
+    import io
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    cols = [c for c in COLUMNS if c != "result"]
+    w.writerow(cols)
+    for r in rows:
+        w.writerow([" ".join(json.loads(r["overrides"])) if c == "overrides" else ("" if r[c] is None else
+                    (repr(r[c]) if isinstance(r[c], float) else r[c])) for c in cols])
+    return buf.getvalue()
+
+
+def table(rows, limit: int = 40) -> str:
+    from simtrain.units import fmt_bytes, fmt_time
+    lines = [f"  {'overrides':48s} {'step':>10s} {'MFU':>6s} {'peak mem':>10s}  fits"]
+    for r in sorted(rows, key=lambda r: (r["status"] != "ok", r["step_time_s"] or 0.0, r["key"]))[:limit]:
+        over = " ".join(json.loads(r["overrides"]))
+        if r["status"] == "ok":
+            lines.append(f"  {over[:48]:48s} {fmt_time(r['step_time_s']):>10s} {100 * r['mfu']:5.1f}% {fmt_bytes(r['peak_memory_bytes']):>10s}  "
+                         f"{'yes' if r['fits_in_memory'] else 'NO'}")
+        else:
+            lines.append(f"  {over[:48]:48s} error: {r['error'].splitlines()[0][:120]}")
+    if len(rows) > limit:
+        lines.append(f"  ... {len(rows) - limit} more rows in the store")
+    return "\n".join(lines)
+
+
+def scaling_figure(rows, x_key: str, path: Path, title: str, price: float | None = None) -> list:
+    """Step time, MFU, and US$ per million tokens (when the scenario prices a device-hour) against
+    one grid key, from the stored rows; returns the plotted points [(x, step, mfu, tokens/s, $/Mtok)]."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import yaml
+
+    from simtrain.results.figures import save_figure
+    pts = []
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        vals = dict(o.split("=", 1) for o in json.loads(r["overrides"]))
+        if x_key not in vals:
+            continue
+        x = float(yaml.safe_load(vals[x_key]))
+        usd = price * r["num_devices"] / 3600.0 / r["tokens_per_s"] * 1e6 if price else None
+        pts.append((x, r["step_time_s"], r["mfu"], r["tokens_per_s"], usd, r["num_devices"]))
+    pts.sort()
+    n = 3 if price else 2
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6))
+    xs = [p[5] for p in pts]
+    panels = [("step time (s)", [p[1] for p in pts]), ("MFU (%)", [100 * p[2] for p in pts])]
+    if price:
+        panels.append((f"US$ per million tokens (at ${price:g}/device-h)", [p[4] for p in pts]))
+    for ax, (label, ys) in zip(axes, panels):
+        ax.plot(xs, ys, "-o", c="#4c72b0")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{int(v):,}" for v in xs], rotation=45, fontsize=7)
+        ax.set_xlabel("devices")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110)
+    return pts
+
+
+def main(args) -> int:
+    from simtrain.errors import Problem
+    from simtrain.results.io import write_atomic
+    if not args.grid:
+        raise ConfigError([Problem("--grid", "", "no grid given", "add e.g. `--grid parallel.tp=4,8`")])
+    out = Path(args.out or f"{Path(args.scenario).stem}.sweep")
+    client = None
+    if args.executor == "dask":
+        try:
+            from distributed import Client
+        except ImportError:
+            raise ConfigError([Problem("--executor", "", "dask is not installed", "pip install 'simtrain[dask]'")])
+        if not args.scheduler:
+            raise ConfigError([Problem("--scheduler", "", "--executor dask needs the scheduler address",
+                                       "add e.g. `--scheduler tcp://10.0.0.5:8786` (the address `dask scheduler` prints)")])
+        client = Client(args.scheduler)
+    try:
+        rows, st = sweep(args.scenario, args.grid, args.set or (), out, args.executor, client, args.workers)
+    finally:
+        if client is not None:
+            client.close()
+    write_atomic(out / "sweep.csv", to_csv(rows).encode())
+    wrote = "sweep.csv"
+    if args.plot_x:
+        import yaml
+        raw = yaml.safe_load(Path(args.scenario).read_text())
+        price = ((raw.get("cost") or {}) if isinstance(raw, dict) else {}).get("price_per_device_hour")
+        pts = scaling_figure(rows, args.plot_x, out / "scaling.png", f"{Path(args.scenario).name}: against {args.plot_x}", price)
+        wrote += " scaling.png"
+        print(f"  {'devices':>8s} {'step':>9s} {'MFU':>6s} {'tokens/s':>12s}" + ("  US$/Mtok" if price else ""))
+        for x, step, mfu, tps, usd, nd in pts:
+            print(f"  {nd:>8,d} {step:8.3f}s {100 * mfu:5.1f}% {tps:12,.0f}" + (f"  {usd:8.3f}" if usd is not None else ""))
+    print(f"sweep of {args.scenario}: {st.points} points, {st.distinct} distinct scenarios, {st.cached} from the store, "
+          f"{st.computed} computed ({st.failed} failed) in {st.wall_s:.1f} s with the {args.executor} executor")
+    print(table(rows))
+    print(f"\n  wrote {out}/: sweep.sqlite (table points, keyed by the resolved scenario's hash) {wrote}")
+    return 0
