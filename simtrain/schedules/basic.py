@@ -1,7 +1,7 @@
 """GPipe, 1F1B and Megatron's interleaved 1F1B (virtual pipeline stages)."""
 from __future__ import annotations
 
-from simtrain.schedules import Action, make, register
+from simtrain.schedules.registry import Action, make, register
 
 
 @register("gpipe", "Huang et al., 'GPipe' (NeurIPS 2019): all forwards, then all backwards")

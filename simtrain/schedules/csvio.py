@@ -20,7 +20,8 @@ import re
 from pathlib import Path
 
 from simtrain.errors import ConfigError, Problem, ScheduleError
-from simtrain.schedules import Action, Schedule, validate
+from simtrain.schedules.registry import Action, Schedule
+from simtrain.schedules.validate import validate
 
 TO_CSV = {"F": "F", "B": "I", "W": "W", "BW": "B"}
 FROM_CSV = {v: k for k, v in TO_CSV.items()}

@@ -23,7 +23,7 @@ Microbatches 0..M/2-1 go in direction 0, M/2..M-1 in direction 1.
 """
 from __future__ import annotations
 
-from simtrain.schedules import Action, make, register
+from simtrain.schedules.registry import Action, make, register
 
 
 def _phases(n: int, m: int, r: int) -> list:

@@ -14,7 +14,7 @@ remain (tests/test_schedules.py shows the bound is tight). B and W of a rank run
 """
 from __future__ import annotations
 
-from simtrain.schedules import Action, make, register
+from simtrain.schedules.registry import Action, make, register
 
 
 class _Row:
