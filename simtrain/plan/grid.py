@@ -85,6 +85,17 @@ class RankGrid:
         self.world = tp * cp * dp * pp
 
     def coords(self, rank: int) -> dict:
+        """Every coordinate of `rank` (see the module docstring for the order).
+
+        Worked example (tp 2, cp 1, dp 2, pp 2): rank 5 = 1 + 2·(0 + 1·(0 + 2·1)).
+
+        >>> c = RankGrid(tp=2, cp=1, dp=2, pp=2).coords(5)
+        >>> c["tp_rank"], c["dp_rank"], c["stage"]
+        (1, 0, 1)
+        >>> c = RankGrid(tp=1, cp=1, dp=8, pp=1, ep=4).coords(6)     # w = 6: ep_rank 2, edp_rank 1
+        >>> c["ep_rank"], c["edp_rank"]
+        (2, 1)
+        """
         tp_rank = rank % self.tp
         r = rank // self.tp
         cp_rank = r % self.cp
@@ -111,7 +122,15 @@ class RankGrid:
 
     def groups(self, kind: str) -> list[tuple]:
         """All groups of one kind, each a tuple of ranks in rank order, ordered by first member.
-        `dp` is the gradient-reduction group: data- and context-parallel ranks together."""
+        `dp` is the gradient-reduction group: data- and context-parallel ranks together.
+
+        >>> g = RankGrid(tp=2, cp=1, dp=2, pp=2)
+        >>> g.groups("tp")[2], g.groups("dp")[3], g.groups("pp")[1]      # rank 5's groups
+        ((4, 5), (5, 7), (1, 5))
+        >>> e = RankGrid(tp=1, cp=1, dp=8, pp=1, ep=4)
+        >>> e.groups("ep")[0], e.groups("edp")[0]
+        ((0, 1, 2, 3), (0, 4))
+        """
         fixed = self._FIXED[kind]
         out: dict = {}
         for r in range(self.world):
@@ -191,7 +210,12 @@ def placement(grid: RankGrid, topo: Topology, policy: str = "megatron", seed: in
                     packed into the fabric's pods and leaf units (see `topology_aware`)
       explicit      the given list: explicit[r] is rank r's device
     Worked example (tp 2, dp 2, pp 2, order "dp-tp-cp-pp"): rank 1 (tp_rank 1, dp 0, stage 0)
-    goes to device 0 + 1 x 2 = 2, so the dp pair {0, 2} of ranks shares devices 0 and 1."""
+    goes to device 0 + 1 x 2 = 2, so the dp pair {0, 2} of ranks shares devices 0 and 1 (an
+    order policy needs no topology).
+
+    >>> placement(RankGrid(tp=2, cp=1, dp=2, pp=2), None, "dp-tp-cp-pp")
+    [0, 2, 1, 3, 4, 6, 5, 7]
+    """
     if explicit is not None:
         return list(explicit)
     if policy == "megatron":

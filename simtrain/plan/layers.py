@@ -23,17 +23,31 @@ def stage_layer_counts(sc: Scenario, num_stages: int) -> tuple:
         return (0,) * k + balanced_layers(sc, num_stages - k, k)
     if p.layers_per_stage is not None:
         return (0,) * k + tuple(p.layers_per_stage)
-    L, S = sc.model.num_layers, num_stages - k
-    first, last = p.first_stage_layers, p.last_stage_layers
+    return (0,) * k + even_split(sc.model.num_layers, num_stages - k, p.first_stage_layers, p.last_stage_layers)
+
+
+def even_split(layers: int, stages: int, first: int | None = None, last: int | None = None) -> tuple:
+    """Megatron's uneven split: `first` layers on the first stage and `last` on the last (when
+    given), the rest spread evenly over the other stages (the loader checks that they divide).
+
+    Worked example (30 layers, 4 stages, first 6, last 6): 18 over the 2 middle stages, 9 each.
+
+    >>> even_split(30, 4, first=6, last=6)
+    (6, 9, 9, 6)
+    >>> even_split(32, 4, last=2)          # 30 over the first three stages
+    (10, 10, 10, 2)
+    >>> even_split(24, 4)
+    (6, 6, 6, 6)
+    """
     fixed = [x for x in (first, last) if x is not None]
-    rest = S - len(fixed)
-    each = (L - sum(fixed)) // rest if rest else 0
-    counts = [each] * S
+    rest = stages - len(fixed)
+    each = (layers - sum(fixed)) // rest if rest else 0
+    counts = [each] * stages
     if first is not None:
         counts[0] = first
     if last is not None:
         counts[-1] = last
-    return (0,) * k + tuple(counts)
+    return tuple(counts)
 
 
 def stage_speeds(sc: Scenario, stages: int, offset: int = 0) -> tuple:
@@ -68,10 +82,27 @@ def stage_speeds(sc: Scenario, stages: int, offset: int = 0) -> tuple:
 def balanced_layers(sc: Scenario, stages: int, offset: int = 0) -> tuple:
     """`layers_per_stage: balanced`: layers in proportion to each stage's speed (`stage_speeds`),
     at least one each, summing to num_layers (largest remainder). The same devices everywhere
-    give the even split. Worked example (24 layers, 4 stages, speeds 2, 2, 1, 1): shares 8, 8, 4, 4.
-    Assumes Megatron placement (stage s on the s-th block of devices)."""
-    L = sc.model.num_layers
-    v = stage_speeds(sc, stages, offset)
+    give the even split (`proportional_split`). Assumes Megatron placement (stage s on the s-th
+    block of devices)."""
+    return proportional_split(sc.model.num_layers, stage_speeds(sc, stages, offset))
+
+
+def proportional_split(layers: int, speeds: tuple) -> tuple:
+    """`layers` in proportion to `speeds`, at least one per stage, by largest remainder (ties to
+    the earlier stage).
+
+    Worked example (24 layers, speeds 2, 2, 1, 1): 24·2/6 = 8, 8, then 4, 4. With speeds 3, 2, 2
+    and 10 layers the raw shares are 4.29, 2.86, 2.86: floors 4, 2, 2, the two spare layers to the
+    largest remainders (stages 1 and 2).
+
+    >>> proportional_split(24, (2, 2, 1, 1))
+    (8, 8, 4, 4)
+    >>> proportional_split(10, (3, 2, 2))
+    (4, 3, 3)
+    >>> proportional_split(4, (100, 1, 1))   # every stage keeps at least one layer
+    (2, 1, 1)
+    """
+    L, v, stages = layers, speeds, len(speeds)
     tot = sum(v)
     raw = [L * x / tot for x in v]
     counts = [max(1, int(r)) for r in raw]

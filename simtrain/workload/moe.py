@@ -11,7 +11,7 @@ as its largest receive.
 
 Worked example (uniform routing, no drops): a rank dispatching T tokens with top-k sends T·k·h
 16-bit values and, over ep ranks holding E/ep experts each, receives ep·T·k·(1/ep) = T·k of them
-(`rank_shares`).
+(`rank_shares`: 1/ep each).
 """
 from __future__ import annotations
 
@@ -28,12 +28,21 @@ def node_limited_share(nodes: int, top_k: int, max_nodes: int) -> float:
     crosses InfiniBand once per node, then NVLink forwards it to its experts there). With the k
     experts spread evenly over N nodes a token touches N·(1 - (1 - 1/N)^k) distinct nodes on
     average, at most M: the share is min(M, that) / k.
-    Worked example (N 8, k 8, M 4): 8·(1 - (7/8)^8) = 5.25 > 4, so 4/8 = 0.5."""
+
+    Worked example (N 8, k 8, M 4): 8·(1 - (7/8)^8) = 5.25 > 4, so 4/8 = 0.5; with M 8 the
+    5.25 distinct nodes give 5.25/8.
+
+    >>> node_limited_share(8, 8, 4)
+    0.5
+    >>> round(node_limited_share(8, 8, 8), 4)
+    0.6564
+    >>> node_limited_share(1, 8, 4)      # one node: every copy stays on its scale-up fabric
+    1.0
+    """
     if nodes <= 1 or not max_nodes:
         return 1.0
     distinct = nodes * (1.0 - (1.0 - 1.0 / nodes) ** top_k)
     return min(max_nodes, distinct) / top_k
-
 
 
 def routing_shares(sc: Scenario) -> tuple:
@@ -44,9 +53,7 @@ def routing_shares(sc: Scenario) -> tuple:
     scenario seed (`per_layer`), then capped at 1/k (a token picks k distinct experts; the excess is
     spread over the others in proportion, repeated until nothing exceeds the cap); explicit: as
     given. A capacity factor c caps every expert at c/E of the assignments (Megatron's per-rank
-    capacity c·T·k/E); the excess is dropped.
-    Worked example (E 4, k 1, explicit [0.4, 0.3, 0.2, 0.1], c 1.0): cap 0.25, kept
-    [0.25, 0.25, 0.2, 0.1], dropped 0.15 + 0.05 = 0.2."""
+    capacity c·T·k/E); the excess is dropped (`apply_capacity`)."""
     moe = sc.model.moe
     E, k = moe.num_experts, moe.top_k
     r = moe.routing
@@ -64,14 +71,30 @@ def routing_shares(sc: Scenario) -> tuple:
         p = base[rng.permutation(E)] if (r.distribution == "zipf" and r.per_layer) else base
         dropped = 0.0
         if moe.capacity_factor is not None:
-            cap = moe.capacity_factor / E
-            dropped = float(np.clip(p - cap, 0, None).sum())
-            p = np.minimum(p, cap)
+            p, dropped = apply_capacity(p, moe.capacity_factor / E)
         out.append((tuple(float(x) for x in p), dropped))
     return tuple(out)
 
 
-def _cap(p, cap: float):
+def apply_capacity(p: np.ndarray, cap: float) -> tuple:
+    """(kept shares, dropped fraction) when every expert takes at most `cap` of the assignments.
+
+    Worked example (E 4, k 1, shares [0.4, 0.3, 0.2, 0.1], capacity factor 1.0): cap 1/4, kept
+    [0.25, 0.25, 0.2, 0.1], dropped 0.15 + 0.05 = 0.2.
+
+    >>> kept, dropped = apply_capacity(np.array([0.4, 0.3, 0.2, 0.1]), 1.0 / 4)
+    >>> [float(x) for x in kept], round(dropped, 12)
+    ([0.25, 0.25, 0.2, 0.1], 0.2)
+    """
+    return np.minimum(p, cap), float(np.clip(p - cap, 0, None).sum())
+
+
+def _cap(p: np.ndarray, cap: float) -> np.ndarray:
+    """Shares capped at `cap`, each round's excess spread over the uncapped ones in proportion.
+
+    >>> [round(float(x), 6) for x in _cap(np.array([0.6, 0.3, 0.1]), 0.5)]   # 0.1 over 0.3 : 0.1
+    [0.5, 0.375, 0.125]
+    """
     p = p.copy()
     for _ in range(len(p)):
         over = p > cap + 1e-15
@@ -88,6 +111,19 @@ def layer_kinds(sc: Scenario) -> tuple:
     """`dense` or `moe` for every language-model layer."""
     moe = sc.model.moe
     return tuple("moe" if moe is not None and moe.is_moe_layer(i) else "dense" for i in range(sc.model.num_layers))
+
+
+def rank_shares(shares: tuple, ep: int) -> list:
+    """Share of the assignments each expert-parallel rank's experts receive: rank j holds the
+    E/ep consecutive experts j·E/ep .. (j+1)·E/ep - 1.
+
+    >>> rank_shares((0.375, 0.125, 0.25, 0.125, 0.0625, 0.0625, 0.0, 0.0), 4)   # a hot rank 0
+    [0.5, 0.375, 0.125, 0.0]
+    >>> rank_shares((1 / 8,) * 8, 2)     # uniform: 1/ep each
+    [0.5, 0.5]
+    """
+    per = len(shares) // ep
+    return [sum(shares[j * per:(j + 1) * per]) for j in range(ep)]
 
 
 def _grouped(o: Op, experts: int) -> Op:
@@ -118,7 +154,7 @@ class MoELayers(LayerDims):
         k, E = moe.top_k, moe.num_experts
         p, dropped = shares
         per = E // ep
-        rank_share = [sum(p[j * per:(j + 1) * per]) for j in range(ep)]
+        rank_share = rank_shares(p, ep)
         send = Tl * k * sum(p)
         recv = ep * Tl * k * rank_share[ep_rank]
         worst = ep * Tl * k * max(rank_share)
