@@ -52,7 +52,7 @@ def to_csv(s: Schedule) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_csv(path, key: str = "parallel.schedule_csv") -> Schedule:
+def read_csv(path: str | Path, key: str = "parallel.schedule_csv") -> Schedule:
     """Parses a CSV schedule; every problem becomes one ConfigError naming file, row and cell."""
     path = Path(path)
     try:

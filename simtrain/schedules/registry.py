@@ -123,7 +123,8 @@ class ScheduleDef:
 SCHEDULES: dict = {}
 
 
-def register(name: str, source: str, num_stages=None, check=None, default_vpp: int = 0):
+def register(name: str, source: str, num_stages: Callable | None = None, check: Callable | None = None,
+             default_vpp: int = 0) -> Callable:
     def deco(fn):
         SCHEDULES[name] = ScheduleDef(name, source, fn, num_stages or (lambda pp, vpp: pp),
                                       check or (lambda pp, m, vpp: []), default_vpp)
@@ -135,7 +136,8 @@ def simple_route(pp: int) -> tuple:
     return (tuple((r, 0) for r in range(pp)),)
 
 
-def make(name: str, pp: int, m: int, actions, stage_of=None, routes=None, route_of=None) -> Schedule:
+def make(name: str, pp: int, m: int, actions: list, stage_of: tuple | None = None, routes: tuple | None = None,
+         route_of: tuple | None = None) -> Schedule:
     """Builds a Schedule; defaults describe one chunk per rank and one straight route."""
     routes = routes or simple_route(pp)
     return Schedule(name=name, pp=pp, microbatches=m,

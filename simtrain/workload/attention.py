@@ -22,7 +22,7 @@ from simtrain.workload.mla import MLAProjections
 class Attention(MLAProjections):
     """The attention half of a layer (multi-head, grouped-query or MLA) on one rank."""
 
-    def attention_block(self):
+    def attention_block(self) -> tuple[list, list, tuple]:
         """(forward items, backward items, core items for selective recompute) of the attention
         half: norm, QKV (or MLA projections), rotary, core, output projection, residual."""
         t, T, h = self.tp, self.T, self.h
@@ -62,7 +62,7 @@ class Attention(MLAProjections):
         cores = tuple(x for x in core_f if not isinstance(x, Comm))
         return [x for x in fwd if x is not None], [x for x in bwd if x is not None], cores
 
-    def attention_core(self, heads, qk_dim=None, v_dim=None):
+    def attention_core(self, heads: float, qk_dim: float | None = None, v_dim: float | None = None) -> tuple[list, list]:
         """(forward items, backward items) of the attention core: one fused flash kernel (or the
         unfused GEMMs + softmax), with context parallelism's KV exchange around it."""
         b, s, d = self.b, self.s, self.d

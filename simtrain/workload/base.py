@@ -63,22 +63,22 @@ class LayerDims:
         self.ep, self.etp = p.ep, p.etp
         self._layers: dict = {}
 
-    def gemm(self, name, m, n, k, phase="F", replicated=False):
+    def gemm(self, name: str, m: float, n: float, k: float, phase: str = "F", replicated: bool = False) -> Op:
         """`replicated`: every tensor-parallel rank runs the same GEMM, so the model-FLOP count
         takes it once (1/tp per rank)."""
         fl = 2.0 * m * n * k
         by = ACT_BYTES * (m * k + k * n + m * n)
         return Op(name, "gemm", phase, fl, by, (m, n, k), fl / self.tp if replicated else fl)
 
-    def mem(self, name, nbytes, phase="F"):
+    def mem(self, name: str, nbytes: float, phase: str = "F") -> Op:
         return Op(name, "memory", phase, 0.0, nbytes)
 
-    def gemm_fbw(self, name, m, n, k, replicated=False):
+    def gemm_fbw(self, name: str, m: float, n: float, k: float, replicated: bool = False) -> tuple[Op, Op, Op]:
         """Forward, input-gradient (m x k x n) and weight-gradient (k x n x m) GEMMs."""
         return (self.gemm(name, m, n, k, replicated=replicated), self.gemm(name + ".dgrad", m, k, n, "B", replicated),
                 self.gemm(name + ".wgrad", k, n, m, "W", replicated))
 
-    def tp_comm(self, fwd: bool, i: int, msg: float):
+    def tp_comm(self, fwd: bool, i: int, msg: float) -> Comm | None:
         """Megatron's tensor-parallel communication point i (0: into attention, 1: out of it, 2:
         into the MLP, 3: out of it): all-reduce, or with SP all-gather into a column-parallel GEMM
         and reduce-scatter out of a row-parallel one; the backward swaps them."""
@@ -89,7 +89,7 @@ class LayerDims:
         kind = ("all_gather" if i % 2 == 0 else "reduce_scatter") if fwd else ("reduce_scatter" if i % 2 == 0 else "all_gather")
         return Comm("tp", kind, msg, f"tp_{kind}{i}")
 
-    def ffn(self, tokens, width, prefix):
+    def ffn(self, tokens: float, width: float, prefix: str) -> tuple[tuple, tuple]:
         """(forward ops, backward ops) of one feed-forward network on `tokens` rows with `width`
         local columns: GeLU (fc1, fc2) or SwiGLU (fused gate/up, down)."""
         T, h, act_b = tokens, self.h, ACT_BYTES

@@ -126,7 +126,7 @@ class StageWork:
             x.weight_grad_inputs for x in (self.pre, self.post) if x is not None)
 
 
-def join_segments(items) -> tuple:
+def join_segments(items: list) -> tuple:
     """Adjacent compute segments fuse into one (no communication point between them)."""
     out = []
     for it in items:
@@ -139,7 +139,7 @@ def join_segments(items) -> tuple:
     return tuple(out)
 
 
-def as_recompute(item):
+def as_recompute(item: Op | Comm | Ring | tuple) -> Op | Comm | Ring | tuple:
     if isinstance(item, Comm):
         return item
     if isinstance(item, Ring):

@@ -39,7 +39,7 @@ class Memory(LayerDims):
             return attn / t + (h + 2 * kv) / t + 4 * h + h     # QKV bias; 2 LayerNorms; row bias (attn out)
         return attn / t + 2 * h
 
-    def mlp_params(self, width) -> float:
+    def mlp_params(self, width: float) -> float:
         h, t = self.h, self.tp
         if self.gpt:
             return 2 * h * width / t + width / t + h          # column bias (fc1) and row bias (fc2)

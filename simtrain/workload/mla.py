@@ -13,7 +13,7 @@ from simtrain.workload.ir import ACT_BYTES
 class MLAProjections(LayerDims):
     """MLA's low-rank query and key/value projections on one rank."""
 
-    def mla_projections(self, heads):
+    def mla_projections(self, heads: float) -> tuple[tuple, tuple, int, int]:
         """DeepSeek MLA (DeepSeek-V2 report §2.1.2): queries through a low-rank down/up pair (or
         directly), keys and values from one compressed latent of kv_lora_rank plus a shared rotary
         key of qk_rope_head_dim. The down projections are not split by tensor parallelism (every

@@ -142,7 +142,7 @@ def _grouped(o: Op, experts: int) -> Op:
 class MoELayers(LayerDims):
     """The MoE half of a layer on one expert-parallel rank."""
 
-    def moe_tokens(self, shares, ep_rank: int) -> dict:
+    def moe_tokens(self, shares: tuple, ep_rank: int) -> dict:
         """Token counts of one MoE layer on one rank (see the module docstring):
           Tl     tokens this rank dispatches (sequence-sharded over tp)
           send   assignments it sends (T·k less the dropped ones)
@@ -161,7 +161,7 @@ class MoELayers(LayerDims):
         return {"Tl": Tl, "send": send, "recv": recv, "worst": worst, "rows": recv * self.etp,
                 "local_experts": per, "dropped": dropped}
 
-    def moe_block(self, shares, ep_rank):
+    def moe_block(self, shares: tuple, ep_rank: int) -> tuple[list, list]:
         """Router, dispatch, local experts' grouped GEMMs, combine, shared experts, residual."""
         moe, h, act_b = self.moe, self.h, ACT_BYTES
         t = self.tp

@@ -20,7 +20,7 @@ class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
     """Every layer program of one rank: `LayerDims` gives the dimensions and operators, the
     mixins the layer parts; this class assembles them into layers."""
 
-    def layer(self, kind: str = "dense", shares=None, ep_rank: int = 0) -> LayerProgram:
+    def layer(self, kind: str = "dense", shares: tuple | None = None, ep_rank: int = 0) -> LayerProgram:
         """A layer's program: `dense` (attention + MLP), or `moe` with the layer's expert shares
         (see `routing_shares`) seen from expert-parallel rank `ep_rank`. Cached per distinct layer."""
         key = (kind, shares, ep_rank if kind == "moe" else 0)
@@ -47,7 +47,7 @@ class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
         t = self.tp
         return with_split(LayerProgram(fwd_items, bwd_items, recompute), self.h, t if self.sp else 1)
 
-    def mlp_block(self, width):
+    def mlp_block(self, width: float) -> tuple[list, list]:
         """Dense (or shared-expert) MLP of `width`, tensor-parallel: fc1 column-, fc2 row-split."""
         t, T, h = self.tp, self.T, self.h
         seq_e = T * h / t if self.sp else T * h
