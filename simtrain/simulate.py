@@ -29,7 +29,9 @@ from simtrain.results.attribution import KINDS, attribute
 from simtrain.results.critical_path import critical_path
 from simtrain.schedules import schedule_for
 from simtrain.spec.scenario import Scenario
-from simtrain.workload.build import ACT_BYTES, build_workload, hardware_flops_per_step, model_flops_per_step
+from simtrain.workload.build import build_workload
+from simtrain.workload.flops import hardware_flops_per_step, model_flops_per_step
+from simtrain.workload.ir import ACT_BYTES
 
 
 @dataclass
@@ -161,7 +163,7 @@ def moe_section(sc: Scenario, low, ops, tl) -> dict:
     ranks' loads are (largest rank's tokens over the mean) and what fraction of the assignments the
     capacity factor dropped; per rank and microbatch, the dispatch + combine bytes sent; and which
     expert-parallel rank is slowest (the most compute time)."""
-    from simtrain.workload.build import routing_shares
+    from simtrain.workload.moe import routing_shares
     p, moe = sc.parallel, sc.model.moe
     per = moe.num_experts // p.ep
     layers = []
@@ -194,7 +196,7 @@ def moe_section(sc: Scenario, low, ops, tl) -> dict:
 def cp_section(sc: Scenario, work) -> dict:
     """Context parallelism: the kind, tokens per rank, and per layer and microbatch the KV bytes
     each rank sends (forward, backward)."""
-    from simtrain.workload.build import Comm, Ring
+    from simtrain.workload.ir import Comm, Ring
     lp = work[-1].layers[-1]
     def sent(items):
         tot = 0.0

@@ -43,7 +43,7 @@ def test_profile_host_overhead_hides_behind_long_kernels():
     and equal to that upper bound for one op (`duration`)."""
     from simtrain.cost.roofline import CalibratedRoofline
     from simtrain.hardware.devices import find_profile, load_profile
-    from simtrain.workload.build import Op
+    from simtrain.workload.ir import Op
     dev = load_profile(str(find_profile("a100-megatron-deepspeed", None)))
     costs = CalibratedRoofline(dev, "fp16")
     c = dev.op_overhead

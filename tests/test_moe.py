@@ -11,7 +11,10 @@ from simtrain.errors import ConfigError
 from simtrain.plan.grid import RankGrid
 from simtrain.simulate import simulate, static_memory
 from simtrain.spec.loading import load_scenario
-from simtrain.workload.build import Comm, build_workload, parameter_counts, routing_shares
+from simtrain.workload.build import build_workload
+from simtrain.workload.flops import parameter_counts
+from simtrain.workload.ir import Comm
+from simtrain.workload.moe import routing_shares
 
 h, f, s, V = 256, 512, 128, 1024
 
@@ -255,7 +258,7 @@ def test_layer_frequency_and_dense_first_layers(tmp_path, fast_topology):
     moe_layer_freq / DeepSeek's first_k_dense_replace)."""
     sc, _ = load_scenario(moe_scenario(tmp_path, fast_topology, moe={"layer_freq": 2, "first_dense_layers": 1},
                                        model={"num_layers": 4}, parallel={"pp": 1}))
-    from simtrain.workload.build import layer_kinds
+    from simtrain.workload.moe import layer_kinds
     assert layer_kinds(sc) == ("dense", "moe", "dense", "moe")
     c = parameter_counts(sc)
     attn, dense_mlp, moe_mlp = 4 * h * h + 2 * h, 3 * h * f, 4 * 3 * h * f + 4 * h

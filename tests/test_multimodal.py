@@ -6,7 +6,7 @@ from conftest import FlopCost
 
 from simtrain.simulate import simulate
 from simtrain.spec.loading import load_scenario
-from simtrain.workload.build import parameter_counts
+from simtrain.workload.flops import parameter_counts
 
 H, L, S, V = 256, 4, 128, 1024             # language model
 he, Le, Te, fe = 128, 2, 64, 512           # encoder: 2 ViT blocks of width 128 (MLP 4x) on 64 patches

@@ -297,7 +297,7 @@ def test_checkpoint_size_deduplicates_replicas_for_every_plan(tmp_path, plan):
     # whatever the plan, the unique state is the model's: 14 bytes x P (the padded vocabulary of
     # tp 4 / tp 8 adds at most 0.2 % over the published-vocabulary count)
     from simtrain.simulate import simulate
-    from simtrain.workload.build import parameter_counts
+    from simtrain.workload.flops import parameter_counts
     f = write(tmp_path / "p.yaml", scen().replace("tp: 8, pp: 1, dp: 8, zero_stage: 1", plan))
     sc, topo = load_scenario(f)
     size, how = M.checkpoint_bytes(simulate(sc, topo).result["memory"], sc)

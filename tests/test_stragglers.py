@@ -116,7 +116,7 @@ def test_balanced_layers_follow_device_speed(tmp_path, plain_topology):
     pp 2 in proportion to each device's time for one layer under its own calibrated costs
     (stage_speeds), largest remainder: the H100 stage gets more; the same devices everywhere
     give 4 + 4; and the split follows the ratio of the two layer times by hand."""
-    from simtrain.workload.build import balanced_layers, stage_speeds
+    from simtrain.plan.layers import balanced_layers, stage_speeds
     extra = {"mixed": [{"nodes": 2, "device": "h100-sxm5-80gb"}]}
     sc, topo = scen(tmp_path, plain_topology, extra, par={"tp": 2, "pp": 2, "dp": 4, "layers_per_stage": "balanced"})
     v = stage_speeds(sc, 2)
@@ -136,7 +136,7 @@ def test_a_slow_device_does_not_slow_the_host():
     from simtrain.cost.roofline import CalibratedRoofline
     from simtrain.cost.scaled import ScaledCosts
     from simtrain.hardware.devices import find_profile, load_profile
-    from simtrain.workload.build import Op
+    from simtrain.workload.ir import Op
     dev = load_profile(str(find_profile("a100-megatron-deepspeed", None)))
     base = CalibratedRoofline(dev, "fp16")
     slow = ScaledCosts(base, 2.0, 3.0)

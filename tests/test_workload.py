@@ -8,14 +8,17 @@ from conftest import small_scenario
 
 from simtrain.simulate import static_memory
 from simtrain.spec.loading import load_scenario
-from simtrain.workload.build import _Builder, build_workload, model_flops_per_step, padded_vocab
+from simtrain.workload.base import padded_vocab
+from simtrain.workload.build import build_workload
+from simtrain.workload.flops import model_flops_per_step
+from simtrain.workload.transformer import LayerBuilder
 
 s, b, h, a, L, V = 128, 1, 256, 8, 8, 1024
 
 
 def builder(tmp_path, topo, **kw):
     sc, _ = load_scenario(small_scenario(tmp_path, topo, **kw))
-    return sc, _Builder(sc)
+    return sc, LayerBuilder(sc)
 
 
 @pytest.mark.parametrize("t,sp,expect", [

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from simtrain.hardware.devices import Device, gemm_class
-from simtrain.workload.build import Op
+from simtrain.workload.ir import Op
 
 
 class ComputeCostModel(Protocol):

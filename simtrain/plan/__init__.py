@@ -1,1 +1,1 @@
-"""Stage 3: the parallel plan: the rank grid and its groups, rank placement on the topology, the rank equivalence classes the engine simulates once each, the layer split over stages, and per-device heterogeneity."""
+"""Stage 3: the parallel plan: the rank grid and its groups, rank placement on the topology, the rank equivalence classes the engine simulates once each (`grid`), the layer split over stages (`layers`), and per-device heterogeneity (`heterogeneity`)."""

@@ -25,6 +25,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
+
 from simtrain.hardware.topology import Topology
 
 
@@ -50,10 +52,6 @@ class RankClass:
     id: int
     stage: int
     ranks: tuple           # member ranks (sorted); ranks[0] is the representative
-    tp_shape: GroupShape
-    dp_shape: GroupShape
-    tp_peers: tuple        # sorted class ids present in the tp group
-    dp_peers: tuple
     pp_prev: int | None    # class id of the previous stage's rank in the same pp group
     pp_next: int | None
     link_prev: str | None  # link class to the previous stage's rank
@@ -87,6 +85,17 @@ class RankGrid:
         self.world = tp * cp * dp * pp
 
     def coords(self, rank: int) -> dict:
+        """Every coordinate of `rank` (see the module docstring for the order).
+
+        Worked example (tp 2, cp 1, dp 2, pp 2): rank 5 = 1 + 2·(0 + 1·(0 + 2·1)).
+
+        >>> c = RankGrid(tp=2, cp=1, dp=2, pp=2).coords(5)
+        >>> c["tp_rank"], c["dp_rank"], c["stage"]
+        (1, 0, 1)
+        >>> c = RankGrid(tp=1, cp=1, dp=8, pp=1, ep=4).coords(6)     # w = 6: ep_rank 2, edp_rank 1
+        >>> c["ep_rank"], c["edp_rank"]
+        (2, 1)
+        """
         tp_rank = rank % self.tp
         r = rank // self.tp
         cp_rank = r % self.cp
@@ -96,9 +105,6 @@ class RankGrid:
         w = rank % self.per_stage
         return {"tp_rank": tp_rank, "cp_rank": cp_rank, "dp_rank": dp_rank, "stage": stage,
                 "etp_rank": w % self.etp, "ep_rank": (w // self.etp) % self.ep, "edp_rank": w // (self.etp * self.ep)}
-
-    def rank(self, tp_rank: int, cp_rank: int, dp_rank: int, stage: int) -> int:
-        return tp_rank + self.tp * (cp_rank + self.cp * (dp_rank + self.dp * stage))
 
     # what a group of each kind holds fixed (its members differ only in the other coordinates)
     _FIXED = {"tp": ("stage", "cp_rank", "dp_rank"), "cp": ("stage", "tp_rank", "dp_rank"),
@@ -116,7 +122,15 @@ class RankGrid:
 
     def groups(self, kind: str) -> list[tuple]:
         """All groups of one kind, each a tuple of ranks in rank order, ordered by first member.
-        `dp` is the gradient-reduction group: data- and context-parallel ranks together."""
+        `dp` is the gradient-reduction group: data- and context-parallel ranks together.
+
+        >>> g = RankGrid(tp=2, cp=1, dp=2, pp=2)
+        >>> g.groups("tp")[2], g.groups("dp")[3], g.groups("pp")[1]      # rank 5's groups
+        ((4, 5), (5, 7), (1, 5))
+        >>> e = RankGrid(tp=1, cp=1, dp=8, pp=1, ep=4)
+        >>> e.groups("ep")[0], e.groups("edp")[0]
+        ((0, 1, 2, 3), (0, 4))
+        """
         fixed = self._FIXED[kind]
         out: dict = {}
         for r in range(self.world):
@@ -137,7 +151,6 @@ class RankGrid:
 
     def coord_arrays(self) -> dict:
         """Every coordinate of every rank as numpy arrays (the vectorised form of `coords`)."""
-        import numpy as np
         r = np.arange(self.world, dtype=np.int64)
         w = r % self.per_stage
         return {"rank": r, "tp_rank": r % self.tp, "cp_rank": (r // self.tp) % self.cp,
@@ -148,7 +161,6 @@ class RankGrid:
         """(members, index): members[g] the ranks of group g in rank order (groups ordered by
         first member, as `groups`), index[r] the group of rank r. Every group of a kind has the
         same size, so members is a 2-D array."""
-        import numpy as np
         size = self.size(kind)
         layout = self._LAYOUT.get(kind)
         if layout is not None:
@@ -173,7 +185,6 @@ class RankGrid:
         return members, index
 
 
-
 def group_shape(devs, topo: Topology) -> GroupShape:
     per_node = Counter(topo.node_of(d) for d in devs)
     leaves = {topo.leaf_of(d) for d in devs}
@@ -182,7 +193,6 @@ def group_shape(devs, topo: Topology) -> GroupShape:
                       topo.span_class(devs))
 
 
-DIMS = ("tp", "cp", "dp", "pp")
 POLICIES = ("megatron", "scattered", "random", "topology_aware")   # besides orders such as "dp-tp-cp-pp"
 
 
@@ -200,7 +210,12 @@ def placement(grid: RankGrid, topo: Topology, policy: str = "megatron", seed: in
                     packed into the fabric's pods and leaf units (see `topology_aware`)
       explicit      the given list: explicit[r] is rank r's device
     Worked example (tp 2, dp 2, pp 2, order "dp-tp-cp-pp"): rank 1 (tp_rank 1, dp 0, stage 0)
-    goes to device 0 + 1 x 2 = 2, so the dp pair {0, 2} of ranks shares devices 0 and 1."""
+    goes to device 0 + 1 x 2 = 2, so the dp pair {0, 2} of ranks shares devices 0 and 1 (an
+    order policy needs no topology).
+
+    >>> placement(RankGrid(tp=2, cp=1, dp=2, pp=2), None, "dp-tp-cp-pp")
+    [0, 2, 1, 3, 4, 6, 5, 7]
+    """
     if explicit is not None:
         return list(explicit)
     if policy == "megatron":
@@ -220,7 +235,6 @@ def placement(grid: RankGrid, topo: Topology, policy: str = "megatron", seed: in
     if policy == "topology_aware":
         return topology_aware(grid, topo)
     if policy == "random":
-        import numpy as np
         return [int(x) for x in np.random.default_rng(seed).permutation(grid.world)]
     order = policy.split("-")
     size = {"tp": grid.tp, "cp": grid.cp, "dp": grid.dp, "pp": grid.pp}
@@ -343,7 +357,6 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
     shape id of each of its groups, the link class ids to its pipeline neighbours); refinement
     replaces it by (class, the sorted classes of each of its groups, the neighbours' classes)
     until the number of classes stops growing. Group shapes are computed once per group."""
-    import numpy as np
     place = np.asarray(place if place is not None else placement(grid, topo), dtype=np.int64)
     world = grid.world
     co = grid.coord_arrays()
@@ -434,7 +447,6 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
             return link_names[int(a[i])] if a[i] >= 0 else None
         out.append(RankClass(
             id=c, stage=int(co["stage"][r0]), ranks=tuple(rs.tolist()),
-            tp_shape=shp["tp"], dp_shape=shp["dp"], tp_peers=prs["tp"], dp_peers=prs["dp"],
             pp_prev=opt(prev, r0), pp_next=opt(nxt, r0), link_prev=lname(lp, r0), link_next=lname(ln, r0),
             pp_wrap=opt(wrap, r0), link_wrap=lname(lw, r0), pp_mirror=opt(mir, r0), link_mirror=lname(lm, r0),
             device=int(place[r0]), shapes=shp, peers=prs, ep_rank=int(co["ep_rank"][r0]),
@@ -443,10 +455,9 @@ def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool
 
 
 def _dense_ids(rows, with_first: bool = False):
-    """Row -> id, numbered by first appearance (deterministic, as `_ids`). `rows` is a 2-D array
+    """Row -> id, numbered by first appearance (deterministic). `rows` is a 2-D array
     (one row per item) or a list of equally long 1-D columns (contiguous, so faster). With
     `with_first`, also the index of each id's first row, in id order."""
-    import numpy as np
     if isinstance(rows, (list, tuple)):
         cols = [np.asarray(c, dtype=np.int64) for c in rows]
     else:
@@ -482,7 +493,6 @@ def _group_shapes(members, place, node, leaf, topo, objs: list, ids: dict):
     """Shape id of every group (rows of `members`): sizes and per-node counts from the node and
     leaf of each member's device, computed with numpy; the span class (a fabric question) is
     asked once per distinct (nodes, leaves) pattern of a group."""
-    import numpy as np
     g, size = members.shape
     nd = np.sort(node[members], axis=1)
     new_run = np.ones((g, size), dtype=bool)
@@ -529,8 +539,3 @@ def _group_shapes(members, place, node, leaf, topo, objs: list, ids: dict):
             objs.append(shape)
     return out
 
-
-def _ids(sigs) -> list[int]:
-    """Dense ids numbered by first appearance (deterministic)."""
-    table: dict = {}
-    return [table.setdefault(s, len(table)) for s in sigs]

@@ -37,7 +37,8 @@ from simtrain.network.collectives import choose, p2p_time
 from simtrain.plan.grid import RankClass
 from simtrain.schedules import Action, Schedule
 from simtrain.spec.scenario import Scenario
-from simtrain.workload.build import ACT_BYTES, Comm, Ring, StageWork, node_limited_share
+from simtrain.workload.ir import ACT_BYTES, Comm, Ring, StageWork
+from simtrain.workload.moe import node_limited_share
 
 OPT_BYTES_PER_PARAM = 34.0
 """Adam step with fp32 master weights, memory-bound: read grad, master, m, v (4 x 4 B), write

@@ -1,11 +1,11 @@
 """GPipe, 1F1B and Megatron's interleaved 1F1B (virtual pipeline stages)."""
 from __future__ import annotations
 
-from simtrain.schedules import Action, make, register
+from simtrain.schedules.registry import Action, Schedule, make, register
 
 
 @register("gpipe", "Huang et al., 'GPipe' (NeurIPS 2019): all forwards, then all backwards")
-def gpipe(pp: int, m: int, vpp: int = 1):
+def gpipe(pp: int, m: int, vpp: int = 1) -> Schedule:
     acts = [[Action("F", i) for i in range(m)] + [Action("BW", i) for i in range(m)] for _ in range(pp)]
     return make("gpipe", pp, m, acts)
 
@@ -25,7 +25,7 @@ def one_f_one_b_order(pp: int, m: int, r: int) -> list:
 
 
 @register("1f1b", "Narayanan et al., PipeDream-Flush / Megatron-LM 1F1B (SC'21 §2.2.1): pp-s-1 warm-up forwards, then one forward one backward")
-def one_f_one_b(pp: int, m: int, vpp: int = 1):
+def one_f_one_b(pp: int, m: int, vpp: int = 1) -> Schedule:
     return make("1f1b", pp, m, [one_f_one_b_order(pp, m, r) for r in range(pp)])
 
 
@@ -47,7 +47,7 @@ def _interleaved_check(pp: int, m: int, vpp: int) -> list:
           "Narayanan et al. SC'21 §2.2.2 and Megatron-LM's interleaved schedule: rank r holds chunks c·pp + r; "
           "forwards go in groups of pp microbatches per chunk; (pp-r-1)·2 + (vpp-1)·pp warm-up forwards",
           num_stages=lambda pp, vpp: pp * vpp, check=_interleaved_check, default_vpp=2)
-def interleaved_1f1b(pp: int, m: int, vpp: int):
+def interleaved_1f1b(pp: int, m: int, vpp: int) -> Schedule:
     """The k-th forward of a rank runs chunk (k // pp) % v on microbatch (k // (pp·v))·pp + k % pp;
     the k-th backward runs chunk v-1-(k // pp) % v on the same microbatch formula.
     Worked example (pp 2, v 2, m 4), rank 0: warm-up (2-0-1)·2 + 1·2 = 4 forwards

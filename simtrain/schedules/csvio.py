@@ -20,7 +20,8 @@ import re
 from pathlib import Path
 
 from simtrain.errors import ConfigError, Problem, ScheduleError
-from simtrain.schedules import Action, Schedule, validate
+from simtrain.schedules.registry import Action, Schedule
+from simtrain.schedules.validate import validate
 
 TO_CSV = {"F": "F", "B": "I", "W": "W", "BW": "B"}
 FROM_CSV = {v: k for k, v in TO_CSV.items()}
@@ -51,7 +52,7 @@ def to_csv(s: Schedule) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_csv(path, key: str = "parallel.schedule_csv") -> Schedule:
+def read_csv(path: str | Path, key: str = "parallel.schedule_csv") -> Schedule:
     """Parses a CSV schedule; every problem becomes one ConfigError naming file, row and cell."""
     path = Path(path)
     try:

@@ -23,7 +23,7 @@ Microbatches 0..M/2-1 go in direction 0, M/2..M-1 in direction 1.
 """
 from __future__ import annotations
 
-from simtrain.schedules import Action, make, register
+from simtrain.schedules.registry import Action, Schedule, make, register
 
 
 def _phases(n: int, m: int, r: int) -> list:
@@ -104,7 +104,7 @@ def _check_dualpipe(pp: int, m: int, vpp: int) -> list:
 
 @register("dualpipe", "DeepSeek-V3 Technical Report (arXiv:2412.19437) §3.2.1, Table 2; deepseek-ai/DualPipe phase structure",
           num_stages=lambda pp, vpp: pp, check=_check_dualpipe)
-def dualpipe(pp: int, m: int, vpp: int = 1):
+def dualpipe(pp: int, m: int, vpp: int = 1) -> Schedule:
     n, half = pp // 2, m // 2
     acts = []
     for rank in range(pp):
@@ -130,7 +130,7 @@ def _check_dualpipev(pp: int, m: int, vpp: int) -> list:
 
 @register("dualpipev", "deepseek-ai/DualPipe, DualPipeV ('cut-in-half' V-shape); DeepSeek-V3 report §3.2.1",
           num_stages=lambda pp, vpp: 2 * pp, check=_check_dualpipev)
-def dualpipev(pp: int, m: int, vpp: int = 1):
+def dualpipev(pp: int, m: int, vpp: int = 1) -> Schedule:
     acts = [_realise(_phases(pp, m, r), lambda ph, i: i, {0: 0, 1: 1}) for r in range(pp)]
     stage_of = tuple((r, 2 * pp - 1 - r) for r in range(pp))
     route = tuple((r, 0) for r in range(pp)) + tuple((pp - 1 - k, 1) for k in range(pp))

@@ -24,7 +24,8 @@ from simtrain.network.collectives import choose
 from simtrain.plan.grid import RankGrid, group_shape, placement_of
 from simtrain.program.lowering import OPT_BYTES_PER_PARAM
 from simtrain.schedules import schedule_for
-from simtrain.workload.build import Comm, Ring, build_workload
+from simtrain.workload.build import build_workload
+from simtrain.workload.ir import Comm, Ring
 
 
 def estimate(sc, topo, costs=None) -> dict:

@@ -136,7 +136,7 @@ def checkpoint_bytes(memory: list, sc) -> tuple:
         w_rep = rep if p.zero_stage >= 3 else 1
         o_rep = rep if p.zero_stage >= 1 else 1
         return sum(m["weights"] * p.tp * w_rep + m["optimizer"] * p.tp * o_rep for m in memory), "memory model"
-    from simtrain.workload.build import parameter_counts
+    from simtrain.workload.flops import parameter_counts
     per = 2.0 + (16.0 if sc.training.precision == "fp16" else 12.0)
     return parameter_counts(sc)["total"] * per, "parameter count x bytes per parameter"
 

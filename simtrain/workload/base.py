@@ -1,0 +1,105 @@
+"""Per-rank dimensions of a transformer stack and the operator factories every layer part uses.
+
+Takes a Scenario (and whether to look at the language model or at its multimodal encoder);
+`LayerDims` holds what one tensor-parallel rank sees of one microbatch (tokens T = b·s/cp, hidden
+size, heads, kv heads, head and FFN widths, padded vocabulary, tp / sp / cp / ep / etp) and makes
+`Op`s and `Comm`s from them: GEMMs (2mnk FLOPs forward, the same for each gradient), memory-bound
+operators, Megatron's tensor-parallel communication points and the feed-forward network shared
+by dense MLPs, routed and shared experts. The layer parts (attention, MLA, MoE, encoder
+projector, memory counts) are mixins on top of it, composed in `transformer.LayerBuilder`.
+"""
+from __future__ import annotations
+
+import math
+
+from simtrain.spec.scenario import Scenario
+from simtrain.workload.ir import ACT_BYTES, Comm, Op
+
+
+def padded_vocab(vocab: int, tp: int, divisible_by: int) -> int:
+    """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x tp.
+
+    >>> padded_vocab(50257, 8, 128)      # GPT-2's vocabulary, tp 8: the next multiple of 1024
+    51200
+    >>> padded_vocab(1024, 2, 128)       # already a multiple of 256
+    1024
+    """
+    m = divisible_by * tp
+    return int(math.ceil(vocab / m) * m)
+
+
+
+class LayerDims:
+    """One rank's view of a transformer stack (the language model, or with `encoder` its vision
+    encoder), and the operators built from it."""
+
+    def __init__(self, sc: Scenario, encoder: bool = False):
+        self.sc = sc
+        m, t, p = sc.model, sc.training, sc.parallel
+        self.tp = p.tp
+        self.sp = p.sequence_parallel and p.tp > 1
+        self.cp = 1 if encoder else p.cp
+        self.cp_kind = p.cp_kind
+        self.b = t.micro_batch_size
+        self.flash = t.flash_attention
+        self.causal = True
+        if encoder:
+            e = m.encoder
+            self.s, self.h, self.a, self.g = e.tokens_per_sample, e.hidden_size, e.num_attention_heads, e.num_attention_heads
+            self.d, self.f = e.hidden_size // e.num_attention_heads, e.ffn_hidden_size
+            self.gpt = True                    # ViT blocks: LayerNorm, GeLU MLP, biases
+            self.causal = False                # bidirectional attention over the patches
+            self.mla = None
+            self.V = 0
+        else:
+            self.s, self.h = m.seq_length, m.hidden_size
+            self.a, self.g, self.d = m.num_attention_heads, m.num_key_value_heads, m.head_dim
+            self.f = m.ffn_hidden_size
+            self.gpt = m.architecture == "gpt"
+            self.mla = m.mla
+            self.V = padded_vocab(m.vocab_size, p.tp, m.make_vocab_size_divisible_by)
+        self.T = self.b * self.s // self.cp         # tokens per microbatch on this rank
+        self.moe = None if encoder else m.moe
+        self.ep, self.etp = p.ep, p.etp
+        self._layers: dict = {}
+
+    def gemm(self, name: str, m: float, n: float, k: float, phase: str = "F", replicated: bool = False) -> Op:
+        """`replicated`: every tensor-parallel rank runs the same GEMM, so the model-FLOP count
+        takes it once (1/tp per rank)."""
+        fl = 2.0 * m * n * k
+        by = ACT_BYTES * (m * k + k * n + m * n)
+        return Op(name, "gemm", phase, fl, by, (m, n, k), fl / self.tp if replicated else fl)
+
+    def mem(self, name: str, nbytes: float, phase: str = "F") -> Op:
+        return Op(name, "memory", phase, 0.0, nbytes)
+
+    def gemm_fbw(self, name: str, m: float, n: float, k: float, replicated: bool = False) -> tuple[Op, Op, Op]:
+        """Forward, input-gradient (m x k x n) and weight-gradient (k x n x m) GEMMs."""
+        return (self.gemm(name, m, n, k, replicated=replicated), self.gemm(name + ".dgrad", m, k, n, "B", replicated),
+                self.gemm(name + ".wgrad", k, n, m, "W", replicated))
+
+    def tp_comm(self, fwd: bool, i: int, msg: float) -> Comm | None:
+        """Megatron's tensor-parallel communication point i (0: into attention, 1: out of it, 2:
+        into the MLP, 3: out of it): all-reduce, or with SP all-gather into a column-parallel GEMM
+        and reduce-scatter out of a row-parallel one; the backward swaps them."""
+        if self.tp == 1:
+            return None
+        if not self.sp:
+            return Comm("tp", "all_reduce", msg, f"tp_ar{i}")
+        kind = ("all_gather" if i % 2 == 0 else "reduce_scatter") if fwd else ("reduce_scatter" if i % 2 == 0 else "all_gather")
+        return Comm("tp", kind, msg, f"tp_{kind}{i}")
+
+    def ffn(self, tokens: float, width: float, prefix: str) -> tuple[tuple, tuple]:
+        """(forward ops, backward ops) of one feed-forward network on `tokens` rows with `width`
+        local columns: GeLU (fc1, fc2) or SwiGLU (fused gate/up, down)."""
+        T, h, act_b = tokens, self.h, ACT_BYTES
+        if self.gpt:
+            fc1, fc1_b, fc1_w = self.gemm_fbw(prefix + "fc1", T, width, h)
+            act = self.mem(prefix + "gelu", 2 * act_b * T * width)
+            actb = self.mem(prefix + "gelu.bwd", 3 * act_b * T * width, "B")
+        else:
+            fc1, fc1_b, fc1_w = self.gemm_fbw(prefix + "fc1_gate_up", T, 2 * width, h)
+            act = self.mem(prefix + "swiglu", 3 * act_b * T * width)
+            actb = self.mem(prefix + "swiglu.bwd", 5 * act_b * T * width, "B")
+        fc2, fc2_b, fc2_w = self.gemm_fbw(prefix + "fc2", T, h, width)
+        return (fc1, act, fc2), (fc2_b, fc2_w, actb, fc1_b, fc1_w)

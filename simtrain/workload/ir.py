@@ -1,0 +1,149 @@
+"""Operator IR of the workload: what one microbatch's layers are made of on one rank.
+
+Takes nothing from the rest of simtrain. Defines the items a layer program is a sequence of:
+`Op` (a compute operator with its FLOPs, bytes and shape), `Comm` (a collective of a parallel
+group), `Ring` (ring attention's rounds); `LayerProgram` (forward, backward, recompute, and the
+backward's input-gradient (B) and weight-gradient (W) parts); `StageWork` (everything one model
+stage holds: its layer programs, parameters and stored activations). A compute segment is a
+tuple of Ops with no communication point between them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ACT_BYTES = 2          # activations in 16-bit (fp8 GEMMs still keep 16-bit activations)
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    kind: str              # gemm | attention | memory
+    phase: str             # F | B | W
+    flops: float           # executed FLOPs on this rank
+    bytes: float           # bytes read + written
+    shape: tuple = ()      # gemm: (m, n, k); attention: (seq, causal)
+    model_flops: float = 0.0   # FLOPs counted by the model-FLOP accounting (recompute excluded)
+
+
+@dataclass(frozen=True)
+class Comm:
+    kind: str              # tp | cp | ep | etp | dp | edp
+    collective: str        # all_reduce | all_gather | reduce_scatter | all_to_all | send_recv (one ring round)
+    size_bytes: float      # nccl-tests convention: the full buffer (for AG/RS: per-rank count x group size)
+    name: str = ""
+    node_limit: tuple = () # (top_k, max nodes per token): node-limited MoE routing, see `node_limited_share`
+
+
+@dataclass(frozen=True)
+class Ring:
+    """Ring attention over the cp group (Liu et al., "Ring Attention", 2023; Megatron-core CP):
+    `steps` = cp rounds; round i computes `segment` (the local queries against one KV block)
+    while the KV block for round i+1 moves one hop round the ring (`comm`, cp - 1 transfers).
+    With c per round and x per transfer the rounds take c + (cp - 1)·max(c, x)."""
+    steps: int
+    segment: tuple
+    comm: Comm
+
+    @property
+    def model_flops(self) -> float:
+        return self.steps * sum(o.model_flops for o in self.segment)
+
+
+@dataclass(frozen=True)
+class LayerProgram:
+    forward: tuple         # items: tuple[Op, ...] (a compute segment) or Comm
+    backward: tuple        # items in execution order; segments hold B and W ops
+    recompute: tuple       # items run before backward (full: the whole forward; selective: core attention)
+    backward_input: tuple = ()    # the B part alone: `backward` without its W ops (communication kept)
+    backward_weight: tuple = ()   # the W part alone: one segment of the weight-gradient ops
+    weight_grad_inputs: float = 0.0   # bytes a deferred W keeps alive: each wgrad GEMM's input and output gradient
+
+
+def with_split(lp: LayerProgram, hidden: int = 0, seq_shard: int = 1) -> LayerProgram:
+    """Fills the B / W split of a layer program (for schedules that defer W, Qi et al. ICLR'24).
+
+    A weight-gradient GEMM dW = X^T dY (shape k x n x m, m = tokens) needs the layer input X
+    (m x k) and the output gradient dY (m x n), so deferring it keeps 2·m·(k + n) bytes alive.
+    Worked example (GPT, no TP, T tokens): qkv T(h+3h) + attn_out T(h+h) + fc1 T(h+4h) +
+    fc2 T(4h+h) = 16·T·h elements, 32·T·h bytes (the paper's M_W = 32sbh, Table 1).
+    With sequence parallelism a hidden-size-wide tensor is kept sequence-sharded (1/seq_shard) and
+    gathered again for the wgrad GEMM, as Megatron does, so those terms divide by tp."""
+    b_items, w_ops = [], []
+    for it in lp.backward:
+        if isinstance(it, (Comm, Ring)):
+            b_items.append(it)
+            continue
+        b = tuple(o for o in it if o.phase != "W")
+        w_ops += [o for o in it if o.phase == "W"]
+        if b:
+            b_items.append(b)
+    def width(d):
+        return d / seq_shard if d == hidden else d
+    kept = sum(ACT_BYTES * o.shape[2] * (width(o.shape[0]) + width(o.shape[1])) for o in w_ops if o.kind == "gemm")
+    return LayerProgram(lp.forward, lp.backward, lp.recompute, tuple(b_items),
+                        (tuple(w_ops),) if w_ops else (), kept)
+
+
+@dataclass(frozen=True)
+class StageWork:
+    stage: int
+    layers: tuple                 # LayerProgram per layer held by this model stage, in forward order
+    pre: LayerProgram | None      # embedding on the first language-model stage
+    post: LayerProgram | None     # LM head + loss on the last stage
+    params: float                 # parameters held by one rank of this stage (after TP / EP sharding)
+    layer_dense: tuple            # per layer: parameters reduced over the data-parallel group
+    layer_expert: tuple           # per layer: expert parameters, reduced over the expert-data-parallel group
+    act_layers: tuple             # per layer: bytes stored per microbatch
+    act_bytes_pre: float
+    act_bytes_post: float
+    act_working_bytes: float      # transient peak while one layer's backward runs
+    expert_params: float = 0.0    # the part of `params` that is expert weights
+    send_bytes: float = 0.0       # activation (and gradient) bytes exchanged with a neighbour stage per microbatch
+    recv_gather_bytes: float = 0.0   # bytes the receiver all-gathers over tp after a split pipeline message (0: not split)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def layer(self) -> LayerProgram:
+        """The first layer's program (every layer of a dense model is the same)."""
+        return self.layers[0]
+
+    @property
+    def layer_params(self) -> float:
+        return self.layer_dense[0] + self.layer_expert[0] if self.layers else 0.0
+
+    @property
+    def act_bytes(self) -> float:
+        """Activation bytes one microbatch leaves stored on this stage between its F and backward."""
+        return sum(self.act_layers) + self.act_bytes_pre + self.act_bytes_post
+
+    @property
+    def weight_grad_bytes(self) -> float:
+        """Bytes a deferred W keeps alive after B (inputs and output gradients of the wgrad GEMMs)."""
+        return sum(lp.weight_grad_inputs for lp in self.layers) + sum(
+            x.weight_grad_inputs for x in (self.pre, self.post) if x is not None)
+
+
+def join_segments(items: list) -> tuple:
+    """Adjacent compute segments fuse into one (no communication point between them)."""
+    out = []
+    for it in items:
+        if isinstance(it, tuple) and out and isinstance(out[-1], tuple):
+            out[-1] = out[-1] + it
+        elif isinstance(it, tuple) and not it:
+            continue
+        else:
+            out.append(it)
+    return tuple(out)
+
+
+def as_recompute(item: Op | Comm | Ring | tuple) -> Op | Comm | Ring | tuple:
+    if isinstance(item, Comm):
+        return item
+    if isinstance(item, Ring):
+        return Ring(item.steps, as_recompute(item.segment), item.comm)
+    if isinstance(item, Op):
+        return Op(item.name + ".recompute", item.kind, "B", item.flops, item.bytes, item.shape, 0.0)
+    return tuple(as_recompute(o) for o in item)

@@ -1,0 +1,106 @@
+"""Memory of a layer on one rank: parameters held and activation bytes stored per microbatch.
+
+Takes the per-rank dimensions (`base.LayerDims`); returns parameter counts (attention with GQA or
+MLA, MLP, dense layer, MoE layer split into its dense and expert parts) and stored activation
+bytes per layer, for the embedding and for the LM head.
+
+Activation memory follows Korthikanti et al., "Reducing Activation Recomputation in Large
+Transformer Models" (MLSys'23, arXiv:2205.05198), §4, generalised per stored tensor so GQA and
+SwiGLU fit; for GPT it reproduces the paper: s·b·h·(34 + 5·a·s/h) bytes per layer without
+parallelism, s·b·h·(10 + 24/t + 5·a·s/(h·t)) with TP, s·b·h/t·(34 + 5·a·s/h) with TP+SP, the
+score term dropped by selective recompute (or flash attention), 2·s·b·h (/t with SP) for full
+recompute.
+"""
+from __future__ import annotations
+
+from simtrain.workload.base import LayerDims
+
+
+class Memory(LayerDims):
+    """Parameter and activation counts of one rank's layers."""
+
+    def attention_params(self) -> float:
+        """Attention parameters on one tensor-parallel rank (with the layer's norms)."""
+        h, t = self.h, self.tp
+        if self.mla is not None:
+            m, a = self.mla, self.a
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            rep = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank      # kv_down + kv norm
+            sh = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim) + a * m.v_head_dim * h
+            if m.q_lora_rank:
+                rep += h * m.q_lora_rank + m.q_lora_rank
+                sh += m.q_lora_rank * a * qk
+            else:
+                sh += h * a * qk
+            return sh / t + rep + 2 * h                                             # + 2 RMSNorm weights
+        kv = self.g * self.d
+        attn = h * (h + 2 * kv) + h * h
+        if self.gpt:
+            return attn / t + (h + 2 * kv) / t + 4 * h + h     # QKV bias; 2 LayerNorms; row bias (attn out)
+        return attn / t + 2 * h
+
+    def mlp_params(self, width: float) -> float:
+        h, t = self.h, self.tp
+        if self.gpt:
+            return 2 * h * width / t + width / t + h          # column bias (fc1) and row bias (fc2)
+        return 3 * h * width / t
+
+    def layer_params(self) -> float:
+        """A dense layer on one tensor-parallel rank."""
+        return self.attention_params() + self.mlp_params(self.f)
+
+    def moe_params(self) -> tuple:
+        """(dense part, expert part) of an MoE layer on one rank: attention, router and shared
+        experts are reduced over dp; the E/ep local experts, each split over etp, over edp."""
+        moe, h = self.moe, self.h
+        dense = self.attention_params() + moe.num_experts * h
+        if moe.shared_expert_ffn_hidden_size:
+            dense += self.mlp_params(moe.shared_expert_ffn_hidden_size)
+            if moe.shared_expert_gate:
+                dense += h
+        per_expert = (2 * h * moe.expert_ffn_hidden_size + moe.expert_ffn_hidden_size + h) if self.gpt else 3 * h * moe.expert_ffn_hidden_size
+        expert = moe.num_experts / self.ep * per_expert / self.etp
+        return dense, expert
+
+    def act_per_layer(self, recompute: str, kind: str = "dense", rows: float = 0.0, send: float = 0.0) -> float:
+        """Stored bytes per layer per microbatch (see module docstring for the derivation). For an
+        MoE layer, `rows` and `send` are `moe_tokens`' grouped-GEMM rows and dispatched assignments."""
+        s, b, h, t, f, a = self.s // self.cp, self.b, self.h, self.tp, self.f, self.a
+        kv = self.g * self.d
+        if self.mla is not None:
+            m = self.mla
+            kv = a * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2     # per-head K and V kept for the core
+        seq_div = t if self.sp else 1
+        if recompute == "full":
+            return 2 * s * b * h / seq_div
+        drop = 1 if self.gpt else 0
+        # sequence-region tensors: norm inputs (2x 2h), QKV input 2h, MLP input 2h, dropout masks (2x h)
+        seq = (2 * h + 2 * h + 2 * h + 2 * h + 2 * drop * h) / seq_div
+        # tensor-parallel region: Q (2h), K and V (2 kv each), attention output 2h, MLP internals
+        if kind == "moe":
+            moe = self.moe
+            fs = moe.shared_expert_ffn_hidden_size
+            mlp = (4 * fs if self.gpt else 6 * fs)
+        else:
+            mlp = 4 * f if self.gpt else 6 * f
+        tpr = (2 * h + 4 * kv + 2 * h + mlp) / t
+        if self.flash:
+            scores = 4 * a / t                                 # fp32 log-sum-exp per (head, query): 4·a·s·b/t bytes
+        elif recompute == "selective":
+            scores = 0.0
+        else:
+            scores = (5 if drop else 2) * a * s / t           # s·b·5·a·s = 5·a·s²·b bytes (Korthikanti)
+        out = s * b * (seq + tpr + scores)
+        if kind == "moe":
+            moe = self.moe
+            width = moe.expert_ffn_hidden_size / self.etp
+            # routed experts: gathered input (2h), fc1 output and activation output per row; fp32
+            # router probabilities; expert outputs awaiting the weighted combine
+            out += rows * (2 * h + (4 if self.gpt else 6) * width) + 4 * (s * b / seq_div) * moe.num_experts + 2 * send * h
+        return out
+
+    def act_pre(self) -> float:
+        return (self.T * self.h / (self.tp if self.sp else 1)) if self.gpt else 0.0   # embedding dropout mask
+
+    def act_post(self) -> float:
+        return 4.0 * self.T * self.V / self.tp      # Korthikanti §4.1: output layer + loss, 4sbv/t

@@ -1,0 +1,96 @@
+"""Transformer layers: the dense layer (attention + MLP), the embedding, the LM head, and
+`LayerBuilder`, which composes every layer part into one per-rank builder.
+
+Takes a Scenario (and whether to build the multimodal encoder's blocks); returns `LayerProgram`s:
+a layer of kind `dense` or `moe` (attention from `attention`, the MLP here or the experts from
+`moe`), with its recompute items (full: the whole forward; selective: the attention core) and
+its B / W split, cached per distinct layer; the embedding; the LM head with the loss. Parameter
+and activation counts come from `memory`, the projector from `encoder`.
+"""
+from __future__ import annotations
+
+from simtrain.workload.attention import Attention
+from simtrain.workload.encoder import EncoderProjector
+from simtrain.workload.ir import ACT_BYTES, Comm, LayerProgram, as_recompute, join_segments, with_split
+from simtrain.workload.memory import Memory
+from simtrain.workload.moe import MoELayers
+
+
+class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
+    """Every layer program of one rank: `LayerDims` gives the dimensions and operators, the
+    mixins the layer parts; this class assembles them into layers."""
+
+    def layer(self, kind: str = "dense", shares: tuple | None = None, ep_rank: int = 0) -> LayerProgram:
+        """A layer's program: `dense` (attention + MLP), or `moe` with the layer's expert shares
+        (see `routing_shares`) seen from expert-parallel rank `ep_rank`. Cached per distinct layer."""
+        key = (kind, shares, ep_rank if kind == "moe" else 0)
+        hit = self._layers.get(key)
+        if hit is None:
+            hit = self._layers[key] = self._layer(kind, shares, ep_rank)
+        return hit
+
+    def _layer(self, kind, shares, ep_rank) -> LayerProgram:
+        attn_f, attn_b, core_f = self.attention_block()
+        if kind == "moe":
+            mlp_f, mlp_b = self.moe_block(shares, ep_rank)
+        else:
+            mlp_f, mlp_b = self.mlp_block(self.f)
+        fwd_items = join_segments(attn_f + mlp_f)
+        bwd_items = join_segments(mlp_b + attn_b)
+        rc = self.sc.training.recompute
+        if rc == "full":
+            recompute = tuple(as_recompute(x) for x in fwd_items)
+        elif rc == "selective":
+            recompute = tuple(as_recompute(x) for x in core_f)
+        else:
+            recompute = ()
+        t = self.tp
+        return with_split(LayerProgram(fwd_items, bwd_items, recompute), self.h, t if self.sp else 1)
+
+    def mlp_block(self, width: float) -> tuple[list, list]:
+        """Dense (or shared-expert) MLP of `width`, tensor-parallel: fc1 column-, fc2 row-split."""
+        t, T, h = self.tp, self.T, self.h
+        seq_e = T * h / t if self.sp else T * h
+        act_b = ACT_BYTES
+        norm = "layernorm" if self.gpt else "rmsnorm"
+        n2 = self.mem(f"{norm}2", 2 * act_b * seq_e)
+        n2b = self.mem(f"{norm}2.bwd", 3 * act_b * seq_e, "B")
+        core_f, core_b = self.ffn(T, width / t, "")
+        resid_bytes = (3 if not self.gpt else 3.5) * act_b * seq_e
+        r2 = self.mem("dropout_add2" if self.gpt else "residual_add2", resid_bytes)
+        r2b = self.mem(r2.name + ".bwd", 2 * act_b * seq_e, "B")
+        msg = act_b * T * h
+        if self.sp:
+            fwd = [(n2,), self.tp_comm(True, 2, msg), core_f, self.tp_comm(True, 3, msg), (r2,)]
+            bwd = [(r2b,), self.tp_comm(False, 3, msg), core_b, self.tp_comm(False, 2, msg), (n2b,)]
+        else:
+            fwd = [(n2,) + core_f, self.tp_comm(True, 3, msg), (r2,)]
+            bwd = [(r2b,) + core_b, self.tp_comm(False, 2, msg), (n2b,)]
+        return [x for x in fwd if x is not None], [x for x in bwd if x is not None]
+
+    def embedding(self) -> LayerProgram:
+        e = self.T * self.h
+        f = (self.mem("embedding", ACT_BYTES * e * (2 if self.gpt else 1)),)   # word (+ position) lookup
+        b = (self.mem("embedding.bwd", 4 * e * (2 if self.gpt else 1), "W"),)   # scatter-add into fp32 grads
+        return with_split(LayerProgram((f,), (b,), ()), self.h, self.tp if self.sp else 1)
+
+    def head(self) -> LayerProgram:
+        t, T, h, V = self.tp, self.T, self.h, self.V
+        seq_e = T * h / t if self.sp else T * h
+        norm = self.mem("final_norm", 2 * ACT_BYTES * seq_e)
+        normb = self.mem("final_norm.bwd", 3 * ACT_BYTES * seq_e, "B")
+        lm, lm_b, lm_w = self.gemm_fbw("lm_head", T, V / t, h)
+        ce = self.mem("cross_entropy", 3 * 4 * T * V / t)        # fp32 logits: max, exp-sum, loss
+        ceb = self.mem("cross_entropy.bwd", 2 * 4 * T * V / t, "B")
+        msg = ACT_BYTES * T * h
+        # vocab-parallel LM head: with SP the sequence-sharded input is all-gathered (forward) and its
+        # gradient reduce-scattered (backward); without SP the input is replicated and only the
+        # input gradient needs an all-reduce.
+        items_f, items_b = [(norm,)], [(ceb, lm_b, lm_w)]
+        if t > 1 and self.sp:
+            items_f.append(Comm("tp", "all_gather", msg, "tp_head_in"))
+        if t > 1:
+            items_b.append(Comm("tp", "reduce_scatter" if self.sp else "all_reduce", msg, "tp_head_grad"))
+        items_f.append((lm, ce))
+        items_b.append((normb,))
+        return with_split(LayerProgram(tuple(items_f), tuple(items_b), ()), h, t if self.sp else 1)
