@@ -4,7 +4,7 @@ times are derived by hand in each docstring."""
 import pytest
 
 from simtrain.engine import core as engine
-from simtrain.program.lowering import EOp
+from simtrain.program.ir import EOp
 
 
 def op(i, duration, load=(), deps=(), stream=None, kind="coll"):
