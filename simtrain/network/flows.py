@@ -1,4 +1,4 @@
-"""Flow-level network backend (behind the engine's communication seam, next to `collectives`).
+"""Flow-level network model (what `flow_backend.FlowBackend` times a step with; the closed form is `collectives`).
 
 A collective is the sequence of its algorithm's phases; a phase is a set of point-to-point
 transfers that start together. Each transfer is a flow routed over the topology graph: fixed
