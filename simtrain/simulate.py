@@ -22,6 +22,8 @@ from simtrain.cost.scaled import ScaledCosts
 from simtrain.engine import core as engine
 from simtrain.hardware.devices import device_of, get_device
 from simtrain.hardware.topology import Topology
+from simtrain.network.backend import NetworkBackend
+from simtrain.network.registry import backend_for
 from simtrain.plan.grid import RankGrid, equivalence_classes, placement_of
 from simtrain.plan.heterogeneity import device_factors
 from simtrain.program.lowering import Lowering
@@ -86,35 +88,30 @@ def comm_buffers(sc: Scenario, layer_params: float) -> float:
     return out
 
 
-def collectives_section(low) -> list:
+def collectives_section(network: NetworkBackend) -> list:
     """Which algorithm and protocol each distinct collective of the step ran with (the tuner's
     choice, or the scenario's), and its predicted time split into latency and transfer."""
-    rows = []
-    if low.flow is not None:
-        for key, (_, _, _, c) in low.flow.stats.items():
-            if c is None:           # a pipeline send
-                continue
-            coll, n, kind, stage = key
-            rows.append((kind, coll, n, len(low.flow.groups[(kind, stage)][0]), stage, c))
-    else:
-        for (kind, coll, n, shape), c in low.chosen.items():
-            rows.append((kind, coll, n, shape.size, None, c))
     out = []
-    for kind, coll, n, size, stage, c in sorted(rows, key=lambda r: (r[0], r[1], r[2], r[3], r[4] if r[4] is not None else -1)):
-        row = {"kind": kind, "collective": coll, "bytes": n, "group_size": size, "algorithm": c.algorithm,
-               "protocol": c.protocol, "seconds": c.seconds, "latency_s": c.latency, "transfer_s": c.transfer}
-        if stage is not None:
-            row["stage"] = stage
+    for ch in sorted(network.choices(), key=lambda r: (r.kind, r.collective, r.bytes, r.group_size,
+                                                         r.stage if r.stage is not None else -1)):
+        c = ch.cost
+        row = {"kind": ch.kind, "collective": ch.collective, "bytes": ch.bytes, "group_size": ch.group_size,
+               "algorithm": c.algorithm, "protocol": c.protocol, "seconds": c.seconds, "latency_s": c.latency,
+               "transfer_s": c.transfer}
+        if ch.stage is not None:
+            row["stage"] = ch.stage
         out.append(row)
     return out
 
 
-def straggler_section(sc: Scenario, topo: Topology, classes, ops, tl, factors, fuse: bool, costs, place, rfac) -> dict:
-    """The counterfactual (the same scenario without stragglers and jitter, simulated now), the
-    straggling devices, and the ranks on the critical path with their time on it."""
+def straggler_section(sc: Scenario, topo: Topology, classes, ops, tl, factors, fuse: bool, costs, place, rfac,
+                      network: NetworkBackend | None = None) -> dict:
+    """The counterfactual (the same scenario without stragglers and jitter, simulated now, with
+    the caller's network backend where one was given), the straggling devices, and the ranks on
+    the critical path with their time on it."""
     from dataclasses import replace
     clean = replace(sc, cluster=replace(sc.cluster, stragglers=(), jitter=None))
-    base = simulate(clean, topo, costs, fuse=fuse).result["step_time_s"]
+    base = simulate(clean, topo, costs, fuse=fuse, network=network).result["step_time_s"]
     by = {c.id: c for c in classes}
     on_path: dict = {}
     for cid, secs in critical_path(ops, tl):
@@ -212,11 +209,14 @@ def cp_section(sc: Scenario, work) -> dict:
             "bytes_sent_per_layer_forward": sent(lp.forward), "bytes_sent_per_layer_backward": sent(lp.backward)}
 
 
-def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False, fuse: bool = True) -> StepRun:
+def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False, fuse: bool = True,
+             network: NetworkBackend | None = None) -> StepRun:
     """`costs` replaces the calibrated compute cost model (any ComputeCostModel). `every_rank`
     simulates each rank on its own instead of one per equivalence class (the brute-force
     reference: the results must be the same). `fuse=False` keeps every class-local collective as
-    its own op (the same results, twice the ops)."""
+    its own op (the same results, twice the ops). `network` replaces the scenario's network
+    backend (any NetworkBackend; by default the one `network.backend` names in the registry, with
+    the device profile's measured collective tables)."""
     t0 = time.perf_counter()
     costs_given = costs is not None
     p = sc.parallel
@@ -260,8 +260,10 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False,
             class_costs[c.id] = base if cf == mf == 1.0 else ScaledCosts(base, cf, mf)
             link_factor[c.id] = float(rlink[r0])
             dev_of[c.id] = kind
+    net_given = network
+    network = network or backend_for(sc, topo, place, dev.collectives)
     low = Lowering(sc, topo, work, classes, sched, costs, place, work_of, fuse=fuse,
-                   class_costs=class_costs, link_factor=link_factor)
+                   class_costs=class_costs, link_factor=link_factor, network=network)
     ops = low.lower()
     tl = engine.run(ops, [c.id for c in classes])
     attr = attribute(ops, tl, classes)
@@ -344,22 +346,21 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False,
         "memory": memory,
         "simulated_classes": len(classes),
         "simulated_ops": len(ops),
-        "coverage": sorted(costs.coverage | {f"{dev.key}: {n}" for n in low.comm_notes}),
+        "coverage": sorted(costs.coverage | {f"{dev.key}: {n}" for n in network.notes}),
         # lookups outside what was measured (operator curves, collective tables), never extrapolated silently
-        "calibration_warnings": sorted(getattr(costs, "outside", set()) | {f"{dev.key}: {n}" for n in low.comm_notes}),
+        "calibration_warnings": sorted(getattr(costs, "outside", set()) | {f"{dev.key}: {n}" for n in network.notes}),
     }
-    result["collectives"] = collectives_section(low)
+    result["collectives"] = collectives_section(network)
     if het and sc.cluster.mixed:
         result["heterogeneity"] = mixed_section(grid, place, factors)
     if sc.cluster.stragglers or (sc.cluster.jitter is not None and sc.cluster.jitter.sigma > 0):
         result["stragglers"] = straggler_section(sc, topo, classes, ops, tl, factors, fuse, costs if costs_given else None,
-                                                 place, (rcomp, rmem, rlink))
+                                                 place, (rcomp, rmem, rlink), net_given)
     if moe is not None:
         result["moe"] = moe_section(sc, low, ops, tl)
     if p.cp > 1:
         result["context_parallel"] = cp_section(sc, work)
-    series = None
-    if low.flow is not None:
-        result["links"], busiest = low.flow.report(ops)
-        series = low.flow.timeline(ops, tl, busiest)
+    links, series = network.links(ops, tl)
+    if links is not None:
+        result["links"] = links
     return StepRun(result, ops, tl, classes, topo, time.perf_counter() - t0, series)

@@ -10,8 +10,9 @@ import pytest
 from conftest import ROOT, SHARED
 
 from simtrain.hardware.topology import load_topology
-from simtrain.network.collectives import choose, collective_time, cost, p2p_time
-from simtrain.plan.grid import GroupShape
+from simtrain.network.collectives import choose, collective_time, cost, measured_cost, nvls_chunk, p2p_time
+from simtrain.network.flows import FlowNetwork
+from simtrain.plan.grid import GroupShape, group_shape
 
 US = 1e-6
 
@@ -135,7 +136,6 @@ def test_measured_table_is_interpolated_in_log_size_and_log_time():
     kept; beyond 4 MiB the fitted alpha/beta is used and said so. Across nodes, a table needs the
     group's ranks per node: 16 ranks on 2 nodes with 8 each find the 2-node table, 2 ranks on 2
     nodes (1 each) find none and the model is used."""
-    from simtrain.network.collectives import measured_cost
     t1 = 2 ** 20 * 1.75 / 100e9
     table = ({"collective": "all_reduce", "ranks": 8, "nodes": 1, "alpha_us": 5.0, "peak_busbw_GBps": 450.0,
               "points": [{"bytes": 2 ** 20, "time_us": t1 * 1e6}, {"bytes": 2 ** 22, "time_us": t1 * 1e6}]},
@@ -161,7 +161,6 @@ def test_nvls_chunk_follows_nccl_cuts():
     (64 MiB) 32 KiB; below 2 rounds of 32 KiB (8 MiB) 16 KiB. NVLSTree on 2 nodes starts at 128 KiB
     and cuts to 64 KiB below 4 x 16 x 8 x 128 KiB = 64 MiB and to 32 KiB below 1 x 16 x 8 x 64 KiB
     = 8 MiB; on 4 nodes it starts at 64 KiB, so only the 8 MiB cut applies."""
-    from simtrain.network.collectives import nvls_chunk
     KiB, MiB = 1024, 2 ** 20
     assert nvls_chunk(2 ** 30, 8) == 128 * KiB
     assert nvls_chunk(2 ** 30 - 1, 8) == 64 * KiB
@@ -195,10 +194,9 @@ def test_nvls_chunk_pipeline_closed_form(tmp_path):
     (64 x 128 KiB); (R + 1) rounds of synchronisation and the data plus one round's worth (the
     pipeline's fill): 17 x 2 us + (64 + 4) MiB / B_inf. NCCL's 25 us NVLS step latency is replaced
     by the fill; with `latency_model: none` the transfer is n / 50 GB/s exactly."""
-    from simtrain.hardware.topology import load_topology as load
     f = tmp_path / "n.yaml"
     f.write_text(NVLS_NODE % "")
-    topo = load(f, nodes=1)
+    topo = load_topology(f, nodes=1)
     g = GroupShape(size=4, nodes=1, per_node=4, uniform=True, leaves=1)
     n = 64 * 2 ** 20
     inv_b = 1 / 50e9 - 2e-6 / (64 * 128 * 1024)
@@ -208,7 +206,7 @@ def test_nvls_chunk_pipeline_closed_form(tmp_path):
     big = cost("all_reduce", 2 ** 33, g, topo, "nvls", "Simple").seconds
     assert 2 ** 33 / 50e9 < big < 1.001 * 2 ** 33 / 50e9
     f.write_text(NVLS_NODE % ", latency_model: none")
-    ideal = load(f, nodes=1)
+    ideal = load_topology(f, nodes=1)
     assert collective_time("all_reduce", n, g, ideal, "nvls", "Simple") == pytest.approx(n / 50e9, rel=1e-12)
 
 
@@ -252,8 +250,6 @@ def test_nvls_tree_across_two_nodes_follows_the_saving(tmp_path):
     over 4 NIC shares of 10 GB/s (n / 40 GB/s) with the two-node saving, 2n without, and it
     outlasts the NVLS part inside the node (about n / 50 GB/s) either way, so the time doubles
     exactly; both backends agree."""
-    from simtrain.network.flows import FlowNetwork
-    from simtrain.plan.grid import group_shape
     n = 2.0 ** 30
     times = []
     for extra in (", latency_model: none", ", latency_model: none, two_node_tree_saving: false"):
@@ -274,8 +270,6 @@ def test_vtrain_fabric_reproduces_its_two_node_measurement():
     all-reduce of that node design: ~86 GB/s busbw under NCCL's default algorithm (NVIDIA/nccl-tests
     issue #175, shared/data nccl_pt_a100_1node_allreduce). busbw = 2(n-1)/n x size / time, 16 ranks,
     4 GiB; both backends; within issue 4's 15 %."""
-    from simtrain.network.flows import FlowNetwork
-    from simtrain.plan.grid import group_shape
     topo = load_topology(ROOT / "topologies" / "vtrain-a100.yaml", nodes=2)
     group = list(range(16))
     size = 2.0 ** 32

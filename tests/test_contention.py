@@ -1,10 +1,15 @@
 """Contention between communication ops that overlap in time (engine.FluidNetwork): rates are
 max-min fair over the links' capacities and recomputed whenever an op starts or ends. Expected
 times are derived by hand in each docstring."""
+import random
+
 import pytest
+from conftest import small_scenario, write
 
 from simtrain.engine import core as engine
-from simtrain.program.lowering import EOp
+from simtrain.program.ir import EOp
+from simtrain.simulate import simulate
+from simtrain.spec.loading import load_scenario
 
 
 def op(i, duration, load=(), deps=(), stream=None, kind="coll"):
@@ -73,10 +78,7 @@ def test_gradient_reductions_of_two_stages_share_a_nic(tmp_path, monkeypatch, pl
     timed alone (loads dropped) knows nothing of the other: the exposed dp time must come out
     clearly longer with contention (> 1.5x). With Megatron order each node holds one stage only,
     the rings never share a NIC, and contention changes nothing (< 2 %)."""
-    from conftest import small_scenario, write
 
-    from simtrain.simulate import simulate
-    from simtrain.spec.loading import load_scenario
     topo = write(tmp_path / "n.yaml", SHARED_NIC)
     path = small_scenario(tmp_path, topo, parallel={"tp": 1, "pp": 2, "dp": 8, "placement": placement}, nodes=4,
                           training={"global_batch_size": 32}, network={"backend": "flow"})
@@ -94,7 +96,6 @@ def test_short_ops_late_in_a_long_step_always_finish():
     """Regression: an op of a microsecond starting hundreds of seconds into the step must end at
     start + duration, although the float time left after subtracting elapsed time is rounding
     noise (the timer that was set for it ends it)."""
-    import random
     rng = random.Random(1)
     for _ in range(300):
         t0, d = rng.uniform(5, 500), rng.uniform(0.1e-6, 50e-6)

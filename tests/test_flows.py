@@ -1,12 +1,25 @@
 """Flow-level backend: max-min sharing, contended completion times, collective phases against
 their closed forms, and oversubscription."""
+import json
 import math
 
 import pytest
-from conftest import write
+from conftest import small_scenario, write
 
-from simtrain.hardware.topology import load_topology
-from simtrain.network.flows import FlowNetwork, halving_doubling_phases, maxmin, run_flows
+from simtrain.cli.main import main
+from simtrain.hardware.topology import find_topology_file, load_topology
+from simtrain.network.collectives import choose, collective_time
+from simtrain.network.flows import (
+    FlowNetwork,
+    double_binary_tree_edges,
+    halving_doubling_phases,
+    maxmin,
+    run_flows,
+    tree_network_transfers,
+)
+from simtrain.plan.grid import group_shape
+from simtrain.simulate import simulate
+from simtrain.spec.loading import load_scenario
 
 US = 1e-6
 
@@ -75,8 +88,6 @@ def test_halving_doubling_matches_its_closed_form(tmp_path):
 def test_flow_backend_agrees_with_the_analytical_one_when_nothing_contends(tmp_path):
     """One ring of one device per node under one leaf: NIC-limited, 10 GB/s, exactly the
     closed-form ring over the 'leaf' link class, for every protocol and algorithm with phases."""
-    from simtrain.network.collectives import collective_time
-    from simtrain.plan.grid import group_shape
     net = _net(tmp_path, 4)
     group = [0, 8, 16, 24]
     for algo in ("ring", "halving_doubling"):
@@ -129,10 +140,7 @@ def test_flow_backend_in_a_whole_step_matches_analytical_without_contention(tmp_
     """tp 4 inside each node, dp 4 across four nodes under one leaf (one dp member per node), no
     oversubscription: every flow is limited by its own NIC share, exactly what the closed form
     assumes, so the whole step comes out the same with `network.backend: flow`."""
-    from conftest import small_scenario
 
-    from simtrain.simulate import simulate
-    from simtrain.spec.loading import load_scenario
     topo = write(tmp_path / "flat.yaml", """
         name: flat
         kind: two_tier
@@ -154,8 +162,6 @@ def test_rings_with_several_members_per_node_stripe_over_their_nics(tmp_path):
     """dp 8 over four nodes with 2 members each (tp 2): the ring's node-to-node hop is striped
     over both members' rail NICs, k = 2 NIC shares, as the closed form's min(scale-up, k x NIC);
     both backends charge the closed form's latency (2(N-1) network steps, the rest NVLink)."""
-    from simtrain.network.collectives import collective_time
-    from simtrain.plan.grid import group_shape
     net = FlowNetwork(load_topology(write(tmp_path / "s.yaml", IDEAL.replace("OVER", "1")), 4))
     groups = [[node * 8 + j + 4 * h for node in range(4) for h in range(2)] for j in range(4)]
     flow = net.collective_time("all_reduce", 1e8, groups)
@@ -180,8 +186,6 @@ def test_rail_aligned_rings_avoid_the_oversubscribed_spine(tmp_path):
     NIC-limited, 10 GB/s, exactly the closed form. Rings over GPU (node + j) mod 8 change rail at
     every hop, so all 8 flows leaving a leaf cross the spine, whose uplinks total 8 x 10 / 2 =
     40 GB/s: some flow gets at most 5 GB/s, and a ring step lasts at least (n/p) / 5 GB/s."""
-    from simtrain.network.collectives import collective_time
-    from simtrain.plan.grid import group_shape
     topo = load_topology(write(tmp_path / "rail.yaml", RAIL), 8)
     net = FlowNetwork(topo)
     n, p = 1e8, 8
@@ -208,10 +212,7 @@ def test_link_bytes_and_saturated_time_of_a_ring(tmp_path):
 
 
 def test_result_lists_the_busiest_links_with_the_flow_backend(tmp_path, plain_topology):
-    from conftest import small_scenario
 
-    from simtrain.simulate import simulate
-    from simtrain.spec.loading import load_scenario
     path = small_scenario(tmp_path, plain_topology, parallel={"tp": 4, "pp": 1, "dp": 4}, nodes=4,
                           training={"global_batch_size": 8})
     sc, t = load_scenario(path, ["network.backend=flow"])
@@ -226,11 +227,8 @@ def test_trace_has_counter_tracks_of_the_busiest_links(tmp_path, plain_topology)
     """With the flow backend the trace gets one counter track per busy link; while a collective
     runs, its link carries the collective's bytes over its duration, so utilisation stays in
     (0, 1] for a single collective and is back at 0 at the end."""
-    import json
 
-    from conftest import small_scenario
 
-    from simtrain.cli.main import main
     path = small_scenario(tmp_path, plain_topology, parallel={"tp": 4, "pp": 1, "dp": 4, "overlap_grad_reduce": False},
                           nodes=4, training={"global_batch_size": 8}, network={"backend": "flow"})
     assert main(["run", str(path), "--out", str(tmp_path / "o")]) == 0
@@ -261,7 +259,6 @@ def test_double_binary_tree_layout_by_hand():
     leaf in one tree. Each tree edge carries n/2 up and n/2 down, so an inner node (a parent, two
     children) sends 1.5n in its inner tree and 0.5n in the other: 2n in all; on two nodes the
     two trees are one edge each way, n per node."""
-    from simtrain.network.flows import double_binary_tree_edges, tree_network_transfers
     assert sorted(double_binary_tree_edges(4)) == sorted([(2, 1), (2, 3), (0, 2), (1, 2), (1, 0), (3, 1)])
     assert double_binary_tree_edges(2) == [(0, 1), (1, 0)]
     for nodes, per_node in ((2, 1.0), (4, 2.0), (8, 2.0)):
@@ -283,8 +280,6 @@ def test_tree_flows_match_the_closed_form_when_nothing_contends(tmp_path, nodes)
     """A tree all-reduce of one device per node under one leaf, every protocol: the flows of both
     trees limited by each NIC (10 GB/s) give exactly the closed form's n (two nodes) or 2n (more)
     per node over its NIC, plus the same latency terms."""
-    from simtrain.network.collectives import collective_time
-    from simtrain.plan.grid import group_shape
     net = FlowNetwork(load_topology(write(tmp_path / "t.yaml", IDEAL.replace("OVER", "1").replace("nodes_per_leaf: 4", "nodes_per_leaf: 8")), nodes))
     group = [8 * i for i in range(nodes)]
     for proto in ("LL", "LL128", "Simple"):
@@ -320,9 +315,6 @@ def test_nvls_in_one_node_is_the_closed_form_in_both_backends():
     """On a fabric with NVLink SHARP (dgx-h100) `auto` picks NVLS for a one-node all-reduce; the
     flow backend runs it too (in-switch reduction moves n up and n down each device link) rather
     than a ring, so both backends agree."""
-    from simtrain.hardware.topology import find_topology_file
-    from simtrain.network.collectives import choose
-    from simtrain.plan.grid import group_shape
     topo = load_topology(find_topology_file("dgx-h100", None), 1)
     net = FlowNetwork(topo)
     group = list(range(8))
@@ -337,11 +329,7 @@ def test_whole_step_on_an_nvls_fabric_agrees_across_backends(tmp_path):
     """tp 8 all-reduces inside each DGX H100 node (NVLS) and dp 2 gradient all-reduces across two
     nodes (a tree or NVLSTree where the closed form picks one): nothing contends, so the flow
     backend's step equals the closed form's."""
-    from conftest import small_scenario
 
-    from simtrain.hardware.topology import find_topology_file
-    from simtrain.simulate import simulate
-    from simtrain.spec.loading import load_scenario
     path = small_scenario(tmp_path, find_topology_file("dgx-h100", None), parallel={"tp": 8, "pp": 1, "dp": 2},
                           nodes=2, model={"architecture": "gpt", "num_layers": 4, "hidden_size": 4096,
                                           "num_attention_heads": 32, "vocab_size": 32000, "seq_length": 2048})

@@ -106,7 +106,7 @@ def test_plan_that_does_not_fit_is_simulated_and_says_by_how_much(tmp_path, fast
 def test_engine_reports_deadlock_with_the_blocked_ops():
     from simtrain.engine.core import run
     from simtrain.errors import DeadlockError
-    from simtrain.program.lowering import EOp
+    from simtrain.program.ir import EOp
     a = EOp(id=0, cls=0, stream="compute", kind="compute", category="F", duration=1.0, label="F0", deps=[1])
     b = EOp(id=1, cls=1, stream="compute", kind="compute", category="F", duration=1.0, label="F1", deps=[0])
     with pytest.raises(DeadlockError, match="F0 waits on F1"):

@@ -1,6 +1,8 @@
 """A compute cost model slowed per rank class (stragglers, jitter): the compute seam's wrapper for heterogeneous devices."""
 from __future__ import annotations
 
+from simtrain.cost.roofline import host_queue
+
 
 class ScaledCosts:
     """A compute cost model slowed by per-class factors: GEMM and attention time x compute,
@@ -34,7 +36,6 @@ class ScaledCosts:
         return self.device_time(op) + self._host
 
     def sequence_time(self, ops) -> float:
-        from simtrain.cost.roofline import host_queue
         return host_queue([self.device_time(o) for o in ops], self._host)
 
     def memory_time(self, nbytes: float) -> float:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import simpy
 
 from simtrain.errors import DeadlockError
-from simtrain.program.lowering import stream_sequences
+from simtrain.program.ir import stream_sequences
 
 
 class FluidNetwork:

@@ -1,4 +1,4 @@
-"""Flow-level network backend (behind the engine's communication seam, next to `collectives`).
+"""Flow-level network model (what `flow_backend.FlowBackend` times a step with; the closed form is `collectives`).
 
 A collective is the sequence of its algorithm's phases; a phase is a set of point-to-point
 transfers that start together. Each transfer is a flow routed over the topology graph: fixed
@@ -30,7 +30,18 @@ import math
 import zlib
 from dataclasses import dataclass
 
-from simtrain.network.collectives import PROTOCOLS, Cost, steps, with_protocol
+from simtrain.network.collectives import (
+    LATENCY_US,
+    PROTOCOLS,
+    Cost,
+    choose,
+    cost,
+    steps,
+    tree_intra_seconds,
+    two_node_tree_saving,
+    with_protocol,
+)
+from simtrain.plan.grid import group_shape
 
 
 def maxmin(paths: list, cap: dict) -> list:
@@ -338,8 +349,6 @@ class FlowNetwork:
         has phases, else (and for `auto`) the first of FLOW_ALGORITHMS: ring, or direct for
         all-to-all; the fastest protocol (flows are timed once; protocols rescale them)."""
         if coll == "all_reduce" and named in ("auto", "nvls", "tree", "nvls_tree"):
-            from simtrain.network.collectives import choose
-            from simtrain.plan.grid import group_shape
             g = group_shape(groups[0], self.topo)
             algorithm = choose(coll, n, g, self.topo, named, protocol).algorithm
             if algorithm == "nvls" and not g.spans_nodes:
@@ -359,7 +368,6 @@ class FlowNetwork:
         split over the switches it reaches), timed as the closed form times it. Those links are
         not shared with other kinds of op (the engine shares only scale-out links), so nothing
         changes its time; the report shows the bytes."""
-        from simtrain.network.collectives import cost
         moved: dict = {}
         for grp in groups:
             for dev in grp:
@@ -378,7 +386,6 @@ class FlowNetwork:
         not the makespan of flows started at once); the part inside each node as the closed form
         times it; the larger of the two (as the closed form), then the protocol terms. Nothing
         contending, it equals the closed form; an oversubscribed core or a shared NIC stretches it."""
-        from simtrain.network.collectives import LATENCY_US, tree_intra_seconds, two_node_tree_saving
         topo = self.topo
         saving = two_node_tree_saving(topo)
         ts = []
@@ -402,7 +409,6 @@ class FlowNetwork:
         """The latency steps of the closed form (NCCL's pipelined count: a ring over N nodes pays
         2(N-1) network steps, not one per phase), so that both backends charge the same latency;
         the phase counts where the closed form does not apply."""
-        from simtrain.plan.grid import group_shape
         return steps(coll, n, group_shape(group, self.topo), self.topo, algorithm) or phases
 
     def collective(self, coll: str, n: float, groups: list, algorithm: str = "ring") -> tuple:
@@ -473,126 +479,3 @@ class FlowNetwork:
         if k <= 1:
             return [Transfer(src, dst, nbytes)]
         return [Transfer(on_a[c], on_b[c], nbytes / k) for c in range(k)]
-
-
-class StepFlows:
-    """The flow backend as one step's lowering uses it: times every tp/dp collective with all the
-    groups of its kind in the same pipeline stage (they run the same program in lockstep; other
-    stages are staggered by the schedule), remembers which op ran which collective, and reports
-    the busiest links afterwards."""
-
-    def __init__(self, sc, topo, place=None):
-        from simtrain.plan.grid import RankGrid
-        p = sc.parallel
-        grid = RankGrid(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp)
-        place = place or list(range(grid.world))
-        self.net = FlowNetwork(topo, sc.seed)
-        self.algo = sc.network.algorithm_for
-        self.protocol = sc.network.protocol
-        self.groups: dict = {}     # (kind, stage) -> device lists of its groups
-        for k in grid.kinds(sc.model.moe is not None):
-            for g in grid.groups(k):
-                self.groups.setdefault((k, grid.coords(g[0])["stage"]), []).append([place[r] for r in g])
-        self.stats: dict = {}      # collective key -> (time, bytes per link, saturated s per link, Cost)
-        self.key_of: dict = {}     # comm op id -> collective key
-        self.per_stage = grid.world // p.pp
-        self.place = place
-        self.pp_groups = {r: g for g in grid.groups("pp") for r in g}
-        self._loads: dict = {}
-
-    def load(self, key, share: float) -> tuple:
-        """The engine's load of one class's part of a collective: its share of the stage's ranks
-        times the collective's bytes on each scale-out link, over its duration and the link's
-        capacity (the average fraction of the link it uses when it runs alone)."""
-        hit = self._loads.get((key, share))
-        if hit is None:
-            t, moved = self.stats[key][0], self.stats[key][1]
-            cap, out = self.net.cap, self.net.scale_out
-            hit = self._loads[(key, share)] = tuple(
-                (e, share * x / (t * cap[e])) for e, x in sorted(moved.items()) if e in out and x > 0) if t > 0 else ()
-        return hit
-
-    def p2p(self, c, target_stage: int, nbytes: float, link_class: str) -> tuple:
-        """(key, duration, load) of a pipeline send from every rank of class `c` to the rank at
-        pipeline position `target_stage` of its pp group, all at once: the link class's latency
-        plus the time of those flows sharing the fabric."""
-        key = ("p2p", c.id, target_stage, nbytes)
-        hit = self.stats.get(key)
-        if hit is None:
-            ts = [Transfer(self.place[r], self.place[self.pp_groups[r][target_stage]], nbytes) for r in c.ranks]
-            data, moved, sat, _ = self.net.phase(ts)
-            t = self.net.topo._link_by_class(link_class).latency + data
-            hit = self.stats[key] = (t, moved, sat, None)
-        return key, hit[0], self.load(key, 1.0)
-
-    def duration(self, coll: str, n: float, kind: str, stage: int) -> tuple:
-        """(key, seconds) of one collective run by every group of its kind in the stage at once
-        (`FlowNetwork.select`)."""
-        key = (coll, n, kind, stage)
-        hit = self.stats.get(key)
-        if hit is None:
-            c, moved, sat = self.net.select(coll, n, self.groups[(kind, stage)], self.algo(coll), self.protocol)
-            hit = self.stats[key] = (c.seconds, moved, sat, c)
-        return key, hit[0]
-
-    def _runs(self, ops: list) -> tuple:
-        """Per collective key: how often it runs (in the class that runs it most) and that class."""
-        count: dict = {}
-        for oid, key in self.key_of.items():
-            k = (key, ops[oid].cls)
-            count[k] = count.get(k, 0) + 1
-        runs, where = {}, {}
-        for (key, cid), n in sorted(count.items(), key=lambda kv: kv[0][1]):
-            if n > runs.get(key, 0):
-                runs[key], where[key] = n, cid
-        return runs, where
-
-    def report(self, ops: list, top: int = 10) -> tuple:
-        """(links section of the result, the busiest links for the trace). A link's load is each
-        collective's per-link load times the number of times it runs in the class that runs it
-        most."""
-        runs, _ = self._runs(ops)
-        moved, sat = {}, {}
-        for key, n in runs.items():
-            _, m, s, _ = self.stats[key]
-            for e, x in m.items():
-                moved[e] = moved.get(e, 0.0) + n * x
-            for e, x in s.items():
-                sat[e] = sat.get(e, 0.0) + n * x
-
-        def row(e):
-            return {"link": f"{e[0]}->{e[1]}", "bytes": moved.get(e, 0.0), "saturated_s": sat.get(e, 0.0),
-                    "capacity_bytes_per_s": self.net.cap[e]}
-        by_bytes = sorted(moved, key=lambda e: (-moved[e], e))[:top]
-        by_sat = sorted(sat, key=lambda e: (-sat[e], e))[:top]
-        section = {"by_bytes": [row(e) for e in by_bytes], "by_saturated_time": [row(e) for e in by_sat],
-                   "scope": "tp and dp collectives and pipeline sends (flow backend)"}
-        return section, by_sat[:8] or by_bytes[:8]
-
-    def timeline(self, ops: list, tl, links: list) -> dict:
-        """link -> [(time, utilisation)] change points over the step: while a collective or send
-        runs, a link carries its per-link bytes spread over the op's simulated duration (stretched
-        by contention on scale-out links, so overlapping ops share rather than add up there)."""
-        _, where = self._runs(ops)
-        deltas: dict = {e: [] for e in links}
-        for oid, key in self.key_of.items():
-            if where.get(key) != ops[oid].cls:
-                continue
-            s, e_ = tl.start[oid], tl.end[oid]
-            if e_ <= s:
-                continue
-            moved = self.stats[key][1]
-            for e in [x for x in links if x in moved]:
-                u = moved[e] / (self.net.cap[e] * (e_ - s))
-                deltas[e] += [(s, u), (e_, -u)]
-        out = {}
-        for e, ds in deltas.items():
-            cur, pts = 0.0, [(0.0, 0.0)]
-            for t, d in sorted(ds):
-                cur += d
-                if pts[-1][0] == t:
-                    pts[-1] = (t, max(0.0, cur))
-                else:
-                    pts.append((t, max(0.0, cur)))
-            out[e] = pts
-        return out

@@ -7,7 +7,7 @@ KINDS = ("tp", "cp", "ep", "pp", "dp")
 def attribute(ops: list, tl, classes: list) -> dict:
     """class id -> {compute_s, bubble_s, exposed: {tp, pp, dp}}."""
     start, end = tl.start, tl.end
-    from simtrain.program.lowering import stream_sequences
+    from simtrain.program.ir import stream_sequences
     pred = {}
     for seq in stream_sequences(ops).values():
         for a, b in zip(seq, seq[1:]):

@@ -7,7 +7,7 @@ def critical_path(ops: list, tl) -> list:
     the input that finished last (a dependency, the op before it on its stream, or the last peer
     to arrive at its collective) is the one it waited for. Returns (class id, seconds on the
     path) in path order, first op first."""
-    from simtrain.program.lowering import stream_sequences
+    from simtrain.program.ir import stream_sequences
     pred = {}
     for seq in stream_sequences(ops).values():
         for a, b in zip(seq, seq[1:]):

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from simtrain.cost.roofline import CalibratedRoofline, sequence_time
 from simtrain.hardware.devices import device_of
-from simtrain.network.collectives import choose
+from simtrain.network.collectives import choose, p2p_time
 from simtrain.plan.grid import RankGrid, group_shape, placement_of
-from simtrain.program.lowering import OPT_BYTES_PER_PARAM
+from simtrain.program.optimizer import OPT_BYTES_PER_PARAM
 from simtrain.schedules import schedule_for
 from simtrain.workload.build import build_workload
 from simtrain.workload.ir import Comm, Ring
@@ -49,7 +49,6 @@ def estimate(sc, topo, costs=None) -> dict:
         if c.kind not in shapes:
             return 0.0
         if c.collective == "send_recv":
-            from simtrain.network.collectives import p2p_time
             return p2p_time(c.size_bytes, shapes[c.kind].span or "scale_up", topo)
         return choose(c.collective, c.size_bytes, shapes[c.kind], topo, net.algorithm_for(c.collective), net.protocol).seconds
 

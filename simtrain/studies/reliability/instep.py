@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import simpy
 
 from simtrain.engine.core import ready
-from simtrain.program.lowering import stream_sequences
+from simtrain.program.ir import stream_sequences
 
 
 @dataclass

@@ -1,0 +1,46 @@
+"""The end of one rank class's program: DualPipe's gradient exchange between the two ranks that
+hold the same stages, and the optimizer step.
+
+Takes the class's schedule walk (`lowering.ClassLowering`), the op ids the step waits for (its
+gradient reductions) and the class's dense and expert parameter counts; adds the exchange and
+the optimizer op to the step's op list and returns the optimizer op.
+"""
+from __future__ import annotations
+
+from simtrain.program.ir import EOp
+
+OPT_BYTES_PER_PARAM = 34.0
+"""Adam step with fp32 master weights, memory-bound: read grad, master, m, v (4 x 4 B), write
+master, m, v (3 x 4 B) and the 16-bit weight (2 B), plus one 4 B read of the gradient for the
+global-norm clip: 16 + 14 + 4 = 34 bytes per local parameter."""
+
+
+def twin_exchange(prog, deps: list, shard: float) -> list:
+    """DualPipe: rank r and rank pp-1-r hold the same two stages, so their gradients are summed:
+    a 2-rank all-reduce of the rank's gradients (both chunks; the local shard after the dp
+    reduce-scatter under ZeRO >= 1, `shard` parameters). A 2-rank ring all-reduce of N bytes sends
+    N/2 twice each way: N / B, one exchange of N. Returns what the optimizer waits for."""
+    low, c = prog.low, prog.c
+    if not (prog.sched.duplicated_stages and c.pp_mirror is not None):
+        return deps
+    n = low.grad_bytes * shard
+    peers = tuple(sorted({c.id, c.pp_mirror}))
+    ex = low._new(c, stream="dp", kind="coll", category="dp",
+                  duration=low.network.transfer(n, c.link_mirror) * low.slowest_link(peers),
+                  label="twin_grad_all_reduce", deps=list(deps), bytes=n,
+                  rendezvous=("twin", 1, peers) if len(peers) > 1 else None, peers=len(peers))
+    return [ex.id]
+
+
+def optimizer_step(prog, grads, deps: list, dense: float, expert: float) -> EOp:
+    """The optimizer step over the class's local parameters (sharded over dp x cp for dense and
+    over the expert-data-parallel group for expert weights under ZeRO >= 1), after `deps` and,
+    under DualPipe, the twin exchange."""
+    low, c, p = prog.low, prog.c, prog.p
+    dpcp, edp, zero = p.dp * p.cp, prog.sc.expert_dp, grads.zero
+    shard = (dense / (dpcp if zero >= 1 and grads.dp_on else 1)
+             + expert / (edp if zero >= 1 and grads.edp_on else 1))
+    deps = twin_exchange(prog, deps, shard)
+    local = dense / (dpcp if zero >= 1 else 1) + expert / (edp if zero >= 1 else 1)
+    return low._new(c, stream="compute", kind="compute", category="opt",
+                    duration=low.costs_of(c).memory_time(OPT_BYTES_PER_PARAM * local), label="optimizer_step", deps=deps)
