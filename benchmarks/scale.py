@@ -45,10 +45,10 @@ if what == "estimate":
     out = {"wall_s": time.perf_counter() - t0, "step_time_s": r["step_time_s"]}
 else:
     run = simulate(sc, topo)
-    out = {"wall_s": time.perf_counter() - t0, "step_time_s": run.result["step_time_s"],
-           "classes": run.result["simulated_classes"], "ops": run.result["simulated_ops"], "waits": run.timeline.waits}
+    out = {"wall_s": time.perf_counter() - t0, "step_time_s": run.result.step_time_s,
+           "classes": run.result.simulated_classes, "ops": run.result.simulated_ops, "waits": run.timeline.waits}
     if frac > 0:
-        out["without_s"] = run.result["stragglers"]["step_time_without_s"]
+        out["without_s"] = run.result.stragglers.step_time_without_s
 out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(out))
 """

@@ -35,8 +35,8 @@ def main() -> int:
             t0 = time.perf_counter()
             r = simulate(sc, topo).result
             walls.append(time.perf_counter() - t0)
-        print(f"{p.stem:32s} {r['num_devices']:6d} {r['step_time_s']:8.3f}s {100 * r['mfu']:5.1f}% "
-              f"{100 * r['bubble_fraction']:6.1f}% {r['simulated_classes']:7d} {r['simulated_ops']:8d} "
+        print(f"{p.stem:32s} {r.num_devices:6d} {r.step_time_s:8.3f}s {100 * r.mfu:5.1f}% "
+              f"{100 * r.bubble_fraction:6.1f}% {r.simulated_classes:7d} {r.simulated_ops:8d} "
               f"{statistics.median(walls):8.2f}s {min(walls):6.2f}s {max(walls):6.2f}s")
     return 0
 

@@ -69,7 +69,7 @@ def evaluate(name: str, limit: int | None, profile: str | None = "a100-megatron-
                 raw["cluster"]["topology"] = _partial_node(gpus)
             sc, topo = build_scenario(raw, ROOT / "scenarios" / "x.yaml", errs)
             t0 = time.perf_counter()
-            pred = simulate(sc, topo).result["step_time_s"]
+            pred = simulate(sc, topo).result.step_time_s
             wall = time.perf_counter() - t0
         except SimtrainError as e:
             print(f"skip {raw['name']}: {e}", file=sys.stderr)

@@ -1,11 +1,11 @@
-"""The whole pipeline for one training step: Scenario -> StepResult dict.
+"""The whole pipeline for one training step: Scenario -> StepResult.
 
     schedule = schedule_for(parallel, microbatches)     per-rank actions, chunks, routes; validated
     workload = build_workload(scenario, num_stages)     per-model-stage operator templates
     classes  = equivalence_classes(grid, topology)      ranks that behave identically, once each
     ops      = Lowering(...).lower()                    per-class programs on streams
     timeline = engine.run(ops)                          SimPy
-    result   = summarize(...)                           attribution, memory, MFU
+    result   = StepResult(...)                          attribution, memory, MFU (simtrain.results.step)
 
 Memory entries are per pipeline rank ("stage" is the rank's pipeline index; "model_stages" the
 stages its chunks hold). `inflight_peak` counts microbatch-chunks whose activations were alive at
@@ -15,7 +15,9 @@ V-shape's half-size chunks count 1/2, DualPipe's full-size stages 1.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from simtrain.cost.roofline import CalibratedRoofline
 from simtrain.cost.scaled import ScaledCosts
@@ -29,63 +31,40 @@ from simtrain.plan.heterogeneity import device_factors
 from simtrain.program.lowering import Lowering
 from simtrain.results.attribution import KINDS, attribute
 from simtrain.results.critical_path import critical_path
+from simtrain.results.memory import comm_buffers, memory_fit, rank_static, static_memory  # noqa: F401 (re-exported)
+from simtrain.results.step import (
+    Breakdown,
+    Collective,
+    ContextParallel,
+    CriticalPathEntry,
+    Heterogeneity,
+    Links,
+    MemoryEntry,
+    MixedStage,
+    MoeLayer,
+    MoeSection,
+    StageEntry,
+    StepResult,
+    Stragglers,
+)
 from simtrain.schedules import schedule_for
 from simtrain.spec.scenario import Scenario
 from simtrain.workload.build import build_workload
 from simtrain.workload.flops import hardware_flops_per_step, model_flops_per_step
-from simtrain.workload.ir import ACT_BYTES
+from simtrain.workload.ir import Comm, Ring
+from simtrain.workload.moe import routing_shares
 
 
 @dataclass
 class StepRun:
-    """Everything a step simulation produced: the result dict plus what the exporters need."""
-    result: dict
+    """Everything a step simulation produced: the result plus what the exporters need."""
+    result: StepResult
     ops: list
     timeline: object
     classes: list
     topology: Topology
     wall_s: float
     link_series: dict = None      # busiest links -> [(time, utilisation)] (flow backend)
-
-
-def static_memory(sc: Scenario, params: float, expert_params: float = 0.0) -> dict:
-    """Per-rank bytes of weights, gradients and optimizer state (Megatron distributed-optimizer table,
-    Megatron-LM docs/source/api-guide/dist_optimizer.md: bf16 params with fp32 grads = 2 + 4 + 12
-    bytes per parameter, fp16 = 2 + 2 + 16; ZeRO-1 shards the optimizer over dp, ZeRO-2 also the
-    gradients, ZeRO-3 also the weights). Dense weights shard over the dp x cp ranks that hold them,
-    expert weights (`expert_params` of `params`) over the expert-data-parallel group."""
-    p = sc.parallel
-    fp16 = sc.training.precision == "fp16"
-    wb, gb, ob = 2.0, (2.0 if fp16 else 4.0), (16.0 if fp16 else 12.0)
-    dense = params - expert_params
-    dp, edp = p.dp * p.cp, sc.expert_dp
-    z = p.zero_stage
-
-    def part(nbytes, stage):
-        return dense * nbytes / (dp if z >= stage else 1) + expert_params * nbytes / (edp if z >= stage else 1)
-    return {"weights": part(wb, 3), "gradients": part(gb, 2), "optimizer": part(ob, 1)}
-
-
-def comm_buffers(sc: Scenario, layer_params: float) -> float:
-    """Estimate: pipeline send + receive buffers (2 activation messages), one tensor-parallel
-    collective buffer, under ZeRO-3 two gathered layers (current + prefetched), and for MoE the
-    dispatch send and receive buffers."""
-    p, t = sc.parallel, sc.training
-    tokens = t.micro_batch_size * sc.model.seq_length / p.cp
-    msg = ACT_BYTES * tokens * sc.model.hidden_size
-    out = 0.0
-    if p.pp > 1:
-        out += 2 * msg / (p.tp if p.sequence_parallel and p.tp > 1 else 1)
-    if p.tp > 1:
-        out += msg
-    if p.zero_stage == 3 and p.dp > 1:
-        out += 2 * ACT_BYTES * layer_params
-    moe = sc.model.moe
-    if moe is not None and p.ep > 1:
-        # routing buffers: the dispatch's send and receive buffers of T·k tokens (uniform routing)
-        local = tokens / (p.tp if p.sequence_parallel and p.tp > 1 else 1)
-        out += 2 * ACT_BYTES * local * moe.top_k * sc.model.hidden_size
-    return out
 
 
 def collectives_section(network: NetworkBackend) -> list:
@@ -105,13 +84,12 @@ def collectives_section(network: NetworkBackend) -> list:
 
 
 def straggler_section(sc: Scenario, topo: Topology, classes, ops, tl, factors, fuse: bool, costs, place, rfac,
-                      network: NetworkBackend | None = None) -> dict:
+                      network: NetworkBackend | None = None) -> Stragglers:
     """The counterfactual (the same scenario without stragglers and jitter, simulated now, with
     the caller's network backend where one was given), the straggling devices, and the ranks on
     the critical path with their time on it."""
-    from dataclasses import replace
     clean = replace(sc, cluster=replace(sc.cluster, stragglers=(), jitter=None))
-    base = simulate(clean, topo, costs, fuse=fuse, network=network).result["step_time_s"]
+    base = simulate(clean, topo, costs, fuse=fuse, network=network).result.step_time_s
     by = {c.id: c for c in classes}
     on_path: dict = {}
     for cid, secs in critical_path(ops, tl):
@@ -122,53 +100,47 @@ def straggler_section(sc: Scenario, topo: Topology, classes, ops, tl, factors, f
         c = by[cid]
         d = c.device
         strag = [r for r in c.ranks if int(place[r]) in chosen]
-        path.append({"class": cid, "representative_rank": c.ranks[0], "ranks": c.multiplicity, "stage": c.stage,
-                     "device": topo.device_id(d), "seconds": secs,
-                     "straggler": bool(strag), "straggler_ranks": strag[:20],
-                     "factors": {"compute": float(rfac[0][c.ranks[0]]), "memory": float(rfac[1][c.ranks[0]]),
-                                 "link": float(rfac[2][c.ranks[0]])}})
+        path.append(CriticalPathEntry(
+            class_id=cid, representative_rank=c.ranks[0], ranks=c.multiplicity, stage=c.stage,
+            device=topo.device_id(d), seconds=secs, straggler=bool(strag), straggler_ranks=strag[:20],
+            factors={"compute": float(rfac[0][c.ranks[0]]), "memory": float(rfac[1][c.ranks[0]]), "link": float(rfac[2][c.ranks[0]])}))
     step = tl.step_time
-    return {
-        "devices": [topo.device_id(d) for d in factors.chosen[:50]], "count": len(factors.chosen),
-        "step_time_without_s": base, "slowdown": step / base if base > 0 else 0.0,
-        "critical_path": path[:20],
-    }
+    return Stragglers(devices=[topo.device_id(d) for d in factors.chosen[:50]], count=len(factors.chosen),
+                      step_time_without_s=base, slowdown=step / base if base > 0 else 0.0, critical_path=path[:20])
 
 
-def mixed_section(grid, place, factors) -> dict:
+def mixed_section(grid, place, factors) -> Heterogeneity:
     """Device types per pipeline stage, and a warning for every stage or tensor-parallel group
     that mixes types (its fast devices wait for its slow ones at every collective; place whole
     stages on one type and give slower stages fewer layers, parallel.layers_per_stage)."""
-    import numpy as np
     dev = np.asarray([factors.device[int(d)] for d in place], dtype=object)
     stages, warnings = [], []
     per = grid.per_stage
     for s in range(grid.pp):
         kinds, counts = np.unique(dev[s * per:(s + 1) * per].astype(str), return_counts=True)
-        stages.append({"stage": s, "devices": {str(k): int(n) for k, n in zip(kinds, counts)}})
+        stages.append(MixedStage(stage=s, devices={str(k): int(n) for k, n in zip(kinds, counts)}))
         if len(kinds) > 1:
             warnings.append(f"stage {s} mixes {', '.join(f'{n} {k}' for k, n in zip(kinds, counts))}: its faster devices wait for the slower ones")
     tp_members, _ = grid.group_arrays("tp")
     mixed_tp = sum(1 for row in tp_members if len(set(dev[row])) > 1)
     if mixed_tp:
         warnings.append(f"{mixed_tp} tensor-parallel groups mix device types")
-    return {"stages": stages, "warnings": warnings}
+    return Heterogeneity(stages=stages, warnings=warnings)
 
 
-def moe_section(sc: Scenario, low, ops, tl) -> dict:
+def moe_section(sc: Scenario, low, ops, tl) -> MoeSection:
     """Routing and expert-parallel traffic of the step: per MoE layer, how uneven the expert-parallel
     ranks' loads are (largest rank's tokens over the mean) and what fraction of the assignments the
     capacity factor dropped; per rank and microbatch, the dispatch + combine bytes sent; and which
     expert-parallel rank is slowest (the most compute time)."""
-    from simtrain.workload.moe import routing_shares
     p, moe = sc.parallel, sc.model.moe
     per = moe.num_experts // p.ep
     layers = []
     for i, (shares, dropped) in enumerate(routing_shares(sc)):
         rank = [sum(shares[j * per:(j + 1) * per]) for j in range(p.ep)]
         mean = sum(rank) / p.ep
-        layers.append({"layer": i, "imbalance": (max(rank) / mean) if mean > 0 else 0.0, "dropped_fraction": dropped,
-                       "hottest_ep_rank": max(range(p.ep), key=lambda j: (rank[j], -j))})
+        layers.append(MoeLayer(layer=i, imbalance=(max(rank) / mean) if mean > 0 else 0.0, dropped_fraction=dropped,
+                               hottest_ep_rank=max(range(p.ep), key=lambda j: (rank[j], -j))))
     a2a = {}
     for op in ops:
         if op.stream == "ep":
@@ -179,21 +151,18 @@ def moe_section(sc: Scenario, low, ops, tl) -> dict:
             comp[op.cls] = comp.get(op.cls, 0.0) + tl.end[op.id] - tl.start[op.id]
     slow = max(low.classes, key=lambda c: (comp.get(c.id, 0.0), -c.id))
     m = sc.num_microbatches
-    return {
-        "num_experts": moe.num_experts, "top_k": moe.top_k, "ep": p.ep, "etp": p.etp, "expert_dp": sc.expert_dp,
-        "routing": moe.routing.distribution, "capacity_factor": moe.capacity_factor,
-        "dropped_fraction_mean": sum(x["dropped_fraction"] for x in layers) / max(len(layers), 1),
-        "imbalance_max": max((x["imbalance"] for x in layers), default=1.0),
-        "ep_bytes_per_rank_per_microbatch": max(a2a.values(), default=0.0) / max(m, 1),
-        "slowest_ep_rank": slow.ep_rank, "slowest_rank": slow.ranks[0],
-        "layers": layers,
-    }
+    return MoeSection(
+        num_experts=moe.num_experts, top_k=moe.top_k, ep=p.ep, etp=p.etp, expert_dp=sc.expert_dp,
+        routing=moe.routing.distribution, capacity_factor=moe.capacity_factor,
+        dropped_fraction_mean=sum(x.dropped_fraction for x in layers) / max(len(layers), 1),
+        imbalance_max=max((x.imbalance for x in layers), default=1.0),
+        ep_bytes_per_rank_per_microbatch=max(a2a.values(), default=0.0) / max(m, 1),
+        slowest_ep_rank=slow.ep_rank, slowest_rank=slow.ranks[0], layers=layers)
 
 
-def cp_section(sc: Scenario, work) -> dict:
+def cp_section(sc: Scenario, work) -> ContextParallel:
     """Context parallelism: the kind, tokens per rank, and per layer and microbatch the KV bytes
     each rank sends (forward, backward)."""
-    from simtrain.workload.ir import Comm, Ring
     lp = work[-1].layers[-1]
     def sent(items):
         tot = 0.0
@@ -204,9 +173,9 @@ def cp_section(sc: Scenario, work) -> dict:
                 n = sc.parallel.cp
                 tot += it.size_bytes * ((n - 1) / n)
         return tot
-    return {"cp": sc.parallel.cp, "cp_kind": sc.parallel.cp_kind,
-            "tokens_per_rank": sc.training.micro_batch_size * sc.model.seq_length / sc.parallel.cp,
-            "bytes_sent_per_layer_forward": sent(lp.forward), "bytes_sent_per_layer_backward": sent(lp.backward)}
+    return ContextParallel(cp=sc.parallel.cp, cp_kind=sc.parallel.cp_kind,
+                           tokens_per_rank=sc.training.micro_batch_size * sc.model.seq_length / sc.parallel.cp,
+                           bytes_sent_per_layer_forward=sent(lp.forward), bytes_sent_per_layer_backward=sent(lp.backward))
 
 
 def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False, fuse: bool = True,
@@ -279,88 +248,77 @@ def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False,
         peak = sum(get_device(factors.device[int(d)]).peak(sc.training.precision) for d in place) / world
     tokens = sc.training.global_batch_size * sc.model.seq_length
 
-    layer_params = max((d + e for w in work for d, e in zip(w.layer_dense, w.layer_expert)), default=0.0)
     stages = []
-    memory = []
-    peak_mem = 0.0
     for c in classes:
         a = attr[c.id]
-        stages.append({
-            "class": c.id, "stage": c.stage, "model_stages": list(sched.stage_of[c.stage]),
-            "layers": sum(work[k].num_layers for k in sched.stage_of[c.stage]),
-            **({"ep_rank": c.ep_rank} if ep_split else {}),
-            "ranks": c.multiplicity, "representative_rank": c.ranks[0], "device": topo.device_id(c.device),
-            "compute_s": a["compute_s"], "bubble_s": a["bubble_s"],
-            "exposed_comm_s": {k: a["exposed"][k] for k in KINDS},
-        })
+        stages.append(StageEntry(
+            class_id=c.id, stage=c.stage, model_stages=list(sched.stage_of[c.stage]),
+            layers=sum(work[k].num_layers for k in sched.stage_of[c.stage]),
+            ep_rank=c.ep_rank if ep_split else None,
+            ranks=c.multiplicity, representative_rank=c.ranks[0], device=topo.device_id(c.device),
+            compute_s=a["compute_s"], bubble_s=a["bubble_s"], exposed_comm_s={k: a["exposed"][k] for k in KINDS}))
+    mixed = het and sc.cluster.mixed
     seen_stage = {}
-    short = 0.0
+    need = []               # (bytes, capacity) per class: the memory-fits rule
+    peak_mem = 0.0
     for c in classes:
-        held = sched.stage_of[c.stage]
-        st = static_memory(sc, sum(work[k].params for k in held), sum(work[k].expert_params for k in held))
+        st = rank_static(sc, work, sched.stage_of[c.stage])
         act = tl.mem_peak[c.id]
-        buf = comm_buffers(sc, layer_params)
-        total = st["weights"] + st["gradients"] + st["optimizer"] + act + buf
-        entry = {"stage": c.stage, "weights": st["weights"], "gradients": st["gradients"], "optimizer": st["optimizer"],
-                 "activations": act, "communication_buffers": buf, "total": total,
-                 "inflight_peak": tl.inflight_peak[c.id],
-                 "inflight_microbatches_peak": tl.inflight_peak[c.id] * sched.pp / sched.num_stages}
-        if het and sc.cluster.mixed:
-            entry["device"] = dev_of[c.id]
-            entry["capacity"] = get_device(dev_of[c.id]).memory_bytes
-        if c.stage not in seen_stage or total > seen_stage[c.stage]["total"]:
+        total = st.weights + st.gradients + st.optimizer + act + st.buffers
+        capacity = get_device(dev_of[c.id]).memory_bytes if mixed else dev.memory_bytes
+        entry = MemoryEntry(stage=c.stage, weights=st.weights, gradients=st.gradients, optimizer=st.optimizer,
+                            activations=act, communication_buffers=st.buffers, total=total,
+                            inflight_peak=tl.inflight_peak[c.id],
+                            inflight_microbatches_peak=tl.inflight_peak[c.id] * sched.pp / sched.num_stages,
+                            device=dev_of[c.id] if mixed else None, capacity=capacity if mixed else None)
+        if c.stage not in seen_stage or total > seen_stage[c.stage].total:
             seen_stage[c.stage] = entry
         peak_mem = max(peak_mem, total)
-        if het and sc.cluster.mixed:
-            short = max(short, total - get_device(dev_of[c.id]).memory_bytes)
+        need.append((total, capacity))
     memory = [seen_stage[s] for s in sorted(seen_stage)]
-    cap = dev.memory_bytes
+    fit = memory_fit(need)
     crit = max(classes, key=lambda c: (attr[c.id]["compute_s"], -c.id))
     ca = attr[crit.id]
     bubble_frac = sum(attr[c.id]["bubble_s"] * c.multiplicity for c in classes) / (step * world) if step > 0 else 0.0
-    result = {
-        "scenario": sc.name,
-        "step_time_s": step,
-        "tokens_per_s": tokens / step if step > 0 else 0.0,
-        "mfu": mflops / (step * world * peak) if step > 0 else 0.0,
-        "hfu": hflops / (step * world * peak) if step > 0 else 0.0,
-        "model_flops_per_step": mflops,
-        "hardware_flops_per_step": hflops,
-        "bubble_fraction": bubble_frac,
-        "peak_memory_bytes": peak_mem,
-        "memory_capacity_bytes": cap,
-        "fits_in_memory": (short <= 0) if (het and sc.cluster.mixed) else peak_mem <= cap,
-        "memory_shortfall_bytes": max(0.0, short) if (het and sc.cluster.mixed) else max(0.0, peak_mem - cap),
-        "num_devices": world,
-        "num_microbatches": m,
-        "schedule": sched.name,
-        "model_stages": sched.num_stages,
-        "device": dev.key,
-        "precision": sc.training.precision,
-        "breakdown": {
-            "rank": crit.ranks[0], "stage": crit.stage,
-            "compute_s": ca["compute_s"], "bubble_s": ca["bubble_s"],
-            "exposed_comm_s": {k: ca["exposed"][k] for k in KINDS},
-        },
-        "stages": stages,
-        "memory": memory,
-        "simulated_classes": len(classes),
-        "simulated_ops": len(ops),
-        "coverage": sorted(costs.coverage | {f"{dev.key}: {n}" for n in network.notes}),
-        # lookups outside what was measured (operator curves, collective tables), never extrapolated silently
-        "calibration_warnings": sorted(getattr(costs, "outside", set()) | {f"{dev.key}: {n}" for n in network.notes}),
-    }
-    result["collectives"] = collectives_section(network)
-    if het and sc.cluster.mixed:
-        result["heterogeneity"] = mixed_section(grid, place, factors)
+    result = StepResult(
+        scenario=sc.name,
+        step_time_s=step,
+        tokens_per_s=tokens / step if step > 0 else 0.0,
+        mfu=mflops / (step * world * peak) if step > 0 else 0.0,
+        hfu=hflops / (step * world * peak) if step > 0 else 0.0,
+        model_flops_per_step=mflops,
+        hardware_flops_per_step=hflops,
+        bubble_fraction=bubble_frac,
+        peak_memory_bytes=peak_mem,
+        memory_capacity_bytes=dev.memory_bytes,
+        fits_in_memory=fit.fits,
+        memory_shortfall_bytes=fit.shortfall_bytes,
+        num_devices=world,
+        num_microbatches=m,
+        schedule=sched.name,
+        model_stages=sched.num_stages,
+        device=dev.key,
+        precision=sc.training.precision,
+        breakdown=Breakdown(rank=crit.ranks[0], stage=crit.stage, compute_s=ca["compute_s"], bubble_s=ca["bubble_s"],
+                            exposed_comm_s={k: ca["exposed"][k] for k in KINDS}),
+        stages=stages,
+        memory=memory,
+        simulated_classes=len(classes),
+        simulated_ops=len(ops),
+        coverage=sorted(costs.coverage | {f"{dev.key}: {n}" for n in network.notes}),
+        calibration_warnings=sorted(getattr(costs, "outside", set()) | {f"{dev.key}: {n}" for n in network.notes}),
+    )
+    result.collectives = [Collective.from_row(row) for row in collectives_section(network)]
+    if mixed:
+        result.heterogeneity = mixed_section(grid, place, factors)
     if sc.cluster.stragglers or (sc.cluster.jitter is not None and sc.cluster.jitter.sigma > 0):
-        result["stragglers"] = straggler_section(sc, topo, classes, ops, tl, factors, fuse, costs if costs_given else None,
-                                                 place, (rcomp, rmem, rlink), net_given)
+        result.stragglers = straggler_section(sc, topo, classes, ops, tl, factors, fuse, costs if costs_given else None,
+                                              place, (rcomp, rmem, rlink), net_given)
     if moe is not None:
-        result["moe"] = moe_section(sc, low, ops, tl)
+        result.moe = moe_section(sc, low, ops, tl)
     if p.cp > 1:
-        result["context_parallel"] = cp_section(sc, work)
+        result.context_parallel = cp_section(sc, work)
     links, series = network.links(ops, tl)
     if links is not None:
-        result["links"] = links
+        result.links = Links.from_report(links)
     return StepRun(result, ops, tl, classes, topo, time.perf_counter() - t0, series)

@@ -35,8 +35,8 @@ def test_compare_writes_table_csv_and_figure(tmp_path, fast_topology, capsys):
     for r in rows:
         sc, topo = load_scenario(path, [f"parallel.schedule={r['schedule']}"])
         alone = simulate(sc, topo).result
-        assert float(r["step_time_s"]) == pytest.approx(alone["step_time_s"], rel=1e-6)
-        assert float(r["rank0_peak_gib"]) == pytest.approx(alone["memory"][0]["total"] / 2**30, rel=1e-4)
+        assert float(r["step_time_s"]) == pytest.approx(alone.step_time_s, rel=1e-6)
+        assert float(r["rank0_peak_gib"]) == pytest.approx(alone.memory[0].total / 2**30, rel=1e-4)
     assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -89,9 +89,9 @@ def test_hand_written_csv_simulates_like_the_builtin(tmp_path, fast_topology):
     path.write_text(yaml.safe_dump(d))
     sc, topo = load_scenario(path)
     r = simulate(sc, topo).result
-    assert r["schedule"] == "csv:mine"
+    assert r.schedule == "csv:mine"
     sc1, topo1 = load_scenario(small_scenario(tmp_path, fast_topology))
-    assert r["step_time_s"] == simulate(sc1, topo1).result["step_time_s"]
+    assert r.step_time_s == simulate(sc1, topo1).result.step_time_s
 
 
 def test_bad_csv_is_one_clear_error(tmp_path, fast_topology, capsys):
@@ -143,7 +143,7 @@ def test_schedule_csv_set_from_the_command_line_replaces_the_schedule(tmp_path, 
     (tmp_path / "zb.csv").write_text(to_csv(build_schedule("zb_h1", 4, 8)))
     path = small_scenario(tmp_path, fast_topology, parallel={"schedule": "gpipe"})
     sc, topo = load_scenario(path, [f"parallel.schedule_csv={tmp_path / 'zb.csv'}"])
-    assert simulate(sc, topo).result["schedule"] == "csv:zb"
+    assert simulate(sc, topo).result.schedule == "csv:zb"
 
 
 def test_exporting_dualpipe_names_the_scenario_and_key(tmp_path, fast_topology, capsys):

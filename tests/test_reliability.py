@@ -300,7 +300,7 @@ def test_checkpoint_size_deduplicates_replicas_for_every_plan(tmp_path, plan):
     from simtrain.workload.flops import parameter_counts
     f = write(tmp_path / "p.yaml", scen().replace("tp: 8, pp: 1, dp: 8, zero_stage: 1", plan))
     sc, topo = load_scenario(f)
-    size, how = M.checkpoint_bytes(simulate(sc, topo).result["memory"], sc)
+    size, how = M.checkpoint_bytes(simulate(sc, topo).result.memory, sc)
     assert how == "memory model"
     assert size == pytest.approx(14 * parameter_counts(sc)["total"], rel=2e-3)
 

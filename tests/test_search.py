@@ -72,10 +72,10 @@ def test_pruned_search_finds_the_exhaustive_best(tmp_path, plain_topology):
     fast = search(path, fixes=fixes, max_candidates=5)
     assert full.simulated > 5 * 4 and fast.simulated == 5
     best = full.ranked[0]
-    assert best.result["fits_in_memory"]
-    assert fast.ranked[0].plan == best.plan and fast.ranked[0].result["step_time_s"] == best.result["step_time_s"]
+    assert best.result.fits_in_memory
+    assert fast.ranked[0].plan == best.plan and fast.ranked[0].result.step_time_s == best.result.step_time_s
     # every reported plan fits, as simulated: nothing above the lower bound got through as fitting wrongly
-    assert all(c.result["peak_memory_bytes"] >= c.mem_lower for c in full.ranked)
+    assert all(c.result.peak_memory_bytes >= c.mem_lower for c in full.ranked)
 
 
 def test_fix_is_respected(tmp_path, plain_topology, capsys):
@@ -100,7 +100,7 @@ def test_closed_form_interleaved_term_tracks_the_simulation(tmp_path, fast_topol
     # (the stages differ by the embedding / head). The uncorrected estimate would be half of it.
     path = small_scenario(tmp_path, fast_topology, parallel={"tp": 2, "pp": 2, "dp": 1, "schedule": "interleaved_1f1b", "vpp": 2})
     sc, topo = load_scenario(path)
-    sim = simulate(sc, topo).result["step_time_s"]
+    sim = simulate(sc, topo).result.step_time_s
     assert closed_form(sc, topo) == pytest.approx(sim, rel=0.10)
 
 
@@ -119,10 +119,10 @@ def test_cli_writes_a_best_scenario_that_reproduces_its_step_time(tmp_path, plai
     sc, topo = load_scenario(out / "best.yaml")
     r = simulate(sc, topo).result
     from simtrain.units import fmt_time
-    assert fmt_time(r["step_time_s"]) in best_row
+    assert fmt_time(r.step_time_s) in best_row
     import csv
     rows = list(csv.DictReader((out / "search.csv").open()))
-    assert float(rows[0]["step_time_s"]) == r["step_time_s"] and rows[0]["tp"] == str(sc.parallel.tp)
+    assert float(rows[0]["step_time_s"]) == r.step_time_s and rows[0]["tp"] == str(sc.parallel.tp)
     assert (out / "search.png").stat().st_size > 0
     # the same input gives the same bytes
     assert main(["search", str(path), "--max-candidates", "4", "--top", "3", "--out", str(tmp_path / "again")]) == 0
@@ -140,7 +140,7 @@ def test_cost_objective_needs_and_uses_the_price(tmp_path, plain_topology, capsy
     res = search(path, objective="cost", max_candidates=3)
     c = res.ranked[0]
     # $3.6 / device-hour x 4 devices x step / 3600 s / (8 x 128 tokens) x 1e6 = 4e-3 x step / 1.024e-3 $/Mtok
-    assert c.objective == pytest.approx(3.6 * 4 * c.result["step_time_s"] / 3600 / 1024 * 1e6)
+    assert c.objective == pytest.approx(3.6 * 4 * c.result.step_time_s / 3600 / 1024 * 1e6)
     doc["cost"] = {"price_per_device_hour": -1}
     path.write_text(yaml.safe_dump(doc))
     assert main(["search", str(path), "--objective", "cost"]) == 2

@@ -29,10 +29,10 @@ def test_heterogeneous_grouping_matches_every_rank_simulated(tmp_path, plain_top
     sc, topo = scen(tmp_path, plain_topology, extra)
     a = simulate(sc, topo).result
     b = simulate(sc, topo, every_rank=True).result
-    assert b["simulated_classes"] == sc.world_size
-    assert a["step_time_s"] == pytest.approx(b["step_time_s"], rel=1e-12)
-    assert a["bubble_fraction"] == pytest.approx(b["bubble_fraction"], rel=1e-9)
-    assert a["peak_memory_bytes"] == pytest.approx(b["peak_memory_bytes"], rel=1e-12)
+    assert b.simulated_classes == sc.world_size
+    assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)
+    assert a.bubble_fraction == pytest.approx(b.bubble_fraction, rel=1e-9)
+    assert a.peak_memory_bytes == pytest.approx(b.peak_memory_bytes, rel=1e-12)
 
 
 def test_a_compute_straggler_without_pipeline_stretches_the_step_by_its_factor(tmp_path, fast_topology):
@@ -42,29 +42,29 @@ def test_a_compute_straggler_without_pipeline_stretches_the_step_by_its_factor(t
     common = dict(par={"tp": 2, "pp": 1, "dp": 2}, nodes=1, gbs=4)
     sc0, t0 = scen(tmp_path, fast_topology, {}, name="a.yaml", **common)
     sc1, t1 = scen(tmp_path, fast_topology, {"stragglers": [{"devices": [3], "compute": 1.5}]}, name="b.yaml", **common)
-    clean = simulate(sc0, t0, FlopCost()).result["step_time_s"]
+    clean = simulate(sc0, t0, FlopCost()).result.step_time_s
     r = simulate(sc1, t1, FlopCost()).result
     # the free fabric still moves 1e18 B/s: its ~1e-12 s per collective is not scaled
-    assert r["step_time_s"] == pytest.approx(1.5 * clean, abs=1e-10)
-    st = r["stragglers"]
-    assert st["count"] == 1 and st["devices"] == [t1.device_id(3)]
-    assert st["slowdown"] == pytest.approx(1.5, rel=1e-5)
+    assert r.step_time_s == pytest.approx(1.5 * clean, abs=1e-10)
+    st = r.stragglers
+    assert st.count == 1 and st.devices == [t1.device_id(3)]
+    assert st.slowdown == pytest.approx(1.5, rel=1e-5)
     # the straggler holds the critical path: it computes while everyone else waits
-    assert st["critical_path"][0]["straggler"] and st["critical_path"][0]["straggler_ranks"] == [3]
+    assert st.critical_path[0].straggler and st.critical_path[0].straggler_ranks == [3]
 
 
 def test_counterfactual_uses_the_calibrated_costs(tmp_path, plain_topology):
     sc, topo = scen(tmp_path, plain_topology, {"stragglers": [{"fraction": 0.1, "compute": 1.2}]})
     clean, _ = scen(tmp_path, plain_topology, {}, name="c.yaml")
     r = simulate(sc, topo).result
-    assert r["stragglers"]["step_time_without_s"] == simulate(clean, topo).result["step_time_s"]
-    assert r["step_time_s"] > r["stragglers"]["step_time_without_s"]
+    assert r.stragglers.step_time_without_s == simulate(clean, topo).result.step_time_s
+    assert r.step_time_s > r.stragglers.step_time_without_s
 
 
 def test_straggler_draws_are_seeded(tmp_path, plain_topology):
     extra = {"stragglers": [{"fraction": 0.25, "compute": 1.2}]}
-    a = simulate(*scen(tmp_path, plain_topology, extra, name="a.yaml")).result["stragglers"]["devices"]
-    b = simulate(*scen(tmp_path, plain_topology, extra, name="b.yaml")).result["stragglers"]["devices"]
+    a = simulate(*scen(tmp_path, plain_topology, extra, name="a.yaml")).result.stragglers.devices
+    b = simulate(*scen(tmp_path, plain_topology, extra, name="b.yaml")).result.stragglers.devices
     assert a == b and len(a) == 4              # 25 % of 16 devices, the same ones for the same seed
 
 
@@ -73,9 +73,9 @@ def test_mixed_devices_use_their_own_costs_and_capacity(tmp_path, plain_topology
     the faster device; memory entries name each stage's device and capacity."""
     sc, topo = scen(tmp_path, plain_topology, {"mixed": [{"nodes": 2, "device": "h100-sxm5-80gb"}]})
     r = simulate(sc, topo).result
-    by = {m["stage"]: m for m in r["memory"]}
-    assert by[0]["device"] == "h100-sxm5-80gb" and by[1]["device"] == "a100-sxm4-80gb"
-    comp = {s["stage"]: s["compute_s"] for s in r["stages"]}
+    by = {m.stage: m for m in r.memory}
+    assert by[0].device == "h100-sxm5-80gb" and by[1].device == "a100-sxm4-80gb"
+    comp = {s.stage: s.compute_s for s in r.stages}
     assert comp[0] < comp[1]
 
 
@@ -97,18 +97,18 @@ def test_lockstep_model_against_exact(tmp_path, plain_topology, par):
     sc_l, t = scen(tmp_path, plain_topology, extra, par=par, name="l.yaml")
     sc_e, _ = scen(tmp_path, plain_topology, {**extra, "straggler_model": "exact"}, par=par, name="e.yaml")
     lock, exact = simulate(sc_l, t).result, simulate(sc_e, t).result
-    assert exact["step_time_s"] * (1 - 1e-12) <= lock["step_time_s"] <= exact["step_time_s"] * 1.005
-    assert lock["simulated_classes"] < exact["simulated_classes"]
+    assert exact.step_time_s * (1 - 1e-12) <= lock.step_time_s <= exact.step_time_s * 1.005
+    assert lock.simulated_classes < exact.simulated_classes
 
 
 def test_mixed_devices_warn_where_a_stage_mixes_types(tmp_path, plain_topology):
     """3 H100 nodes then A100: with pp 2 over 4 nodes (2 nodes a stage), stage 1 holds one node of
     each type and is flagged; stage 0 is all H100."""
     sc, topo = scen(tmp_path, plain_topology, {"mixed": [{"nodes": 3, "device": "h100-sxm5-80gb"}]})
-    h = simulate(sc, topo).result["heterogeneity"]
-    assert h["stages"][0]["devices"] == {"h100-sxm5-80gb": 8}
-    assert h["stages"][1]["devices"] == {"a100-sxm4-80gb": 4, "h100-sxm5-80gb": 4}
-    assert len(h["warnings"]) == 1 and h["warnings"][0].startswith("stage 1 mixes")
+    h = simulate(sc, topo).result.heterogeneity
+    assert h.stages[0].devices == {"h100-sxm5-80gb": 8}
+    assert h.stages[1].devices == {"a100-sxm4-80gb": 4, "h100-sxm5-80gb": 4}
+    assert len(h.warnings) == 1 and h.warnings[0].startswith("stage 1 mixes")
 
 
 def test_balanced_layers_follow_device_speed(tmp_path, plain_topology):
@@ -126,7 +126,7 @@ def test_balanced_layers_follow_device_speed(tmp_path, plain_topology):
     same, _ = scen(tmp_path, plain_topology, {"mixed": [{"nodes": 4, "device": "h100-sxm5-80gb"}]},
                    par={"tp": 2, "pp": 2, "dp": 4, "layers_per_stage": "balanced"}, name="same.yaml")
     assert balanced_layers(same, 2) == (4, 4)
-    assert simulate(sc, topo).result["step_time_s"] > 0
+    assert simulate(sc, topo).result.step_time_s > 0
 
 
 def test_a_slow_device_does_not_slow_the_host():

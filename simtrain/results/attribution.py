@@ -1,13 +1,14 @@
 """Time attribution of a simulated step: compute, bubble and exposed communication per kind, per rank class."""
 from __future__ import annotations
 
+from simtrain.program.ir import stream_sequences
+
 KINDS = ("tp", "cp", "ep", "pp", "dp")
 
 
 def attribute(ops: list, tl, classes: list) -> dict:
     """class id -> {compute_s, bubble_s, exposed: {tp, pp, dp}}."""
     start, end = tl.start, tl.end
-    from simtrain.program.ir import stream_sequences
     pred = {}
     for seq in stream_sequences(ops).values():
         for a, b in zip(seq, seq[1:]):

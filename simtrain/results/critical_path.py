@@ -1,13 +1,14 @@
 """The critical path of a simulated step: the chain of ops that set its end time."""
 from __future__ import annotations
 
+from simtrain.program.ir import stream_sequences
+
 
 def critical_path(ops: list, tl) -> list:
     """The chain of ops that set the step time, walked back from the op that ends last: at each op,
     the input that finished last (a dependency, the op before it on its stream, or the last peer
     to arrive at its collective) is the one it waited for. Returns (class id, seconds on the
     path) in path order, first op first."""
-    from simtrain.program.ir import stream_sequences
     pred = {}
     for seq in stream_sequences(ops).values():
         for a, b in zip(seq, seq[1:]):

@@ -6,6 +6,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from simtrain.results.step import Section
+
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Writes to a temporary file beside `path`, then renames: a reader never sees half a file."""
@@ -22,5 +24,7 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def to_json(result: dict) -> str:
-    return json.dumps(result, indent=2, sort_keys=False) + "\n"
+def to_json(result: dict | Section) -> str:
+    """The JSON text of a result dict, or of a result dataclass (its `to_dict()`, in field order)."""
+    d = result.to_dict() if isinstance(result, Section) else result
+    return json.dumps(d, indent=2, sort_keys=False) + "\n"

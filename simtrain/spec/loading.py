@@ -474,7 +474,7 @@ def load_scenario(path, overrides=()) -> tuple[Scenario, Topology]:
     return build_scenario(raw, path, errs)
 
 
-def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, Topology]:
+def build_scenario(raw: dict, path: Path, errs: Collector, topology_loader=load_topology) -> tuple[Scenario, Topology]:
     import difflib
     for k in raw:
         if k not in TOP:
@@ -520,7 +520,7 @@ def build_scenario(raw: dict, path: Path, errs: Collector) -> tuple[Scenario, To
                      "give a path to a topology YAML or a shipped name (simtrain list topologies)")
         elif cluster.get("nodes"):
             try:
-                topo = load_topology(tfile, cluster["nodes"])
+                topo = topology_loader(tfile, cluster["nodes"])
             except ConfigError as e:
                 errs.problems.extend(e.problems)
             cluster["topology"] = str(tfile)

@@ -17,8 +17,9 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simtrain.errors import SimtrainError
 from simtrain.results.figures import COLORS, save_figure
+from simtrain.results.step import StepResult
+from simtrain.studies.runner import run_factors
 from simtrain.units import fmt_time
 
 GiB = 2.0**30
@@ -64,29 +65,26 @@ def variants(sets) -> list:
 class Row:
     label: str
     overrides: list
-    result: dict | None = None
+    result: StepResult | None = None
     error: str | None = None
     spans: list = field(default_factory=list)     # (rank, category, start, end, mb) compute spans
     step: float = 0.0
     pp: int = 1
 
 
-def run_variants(scenario, sets) -> list:
-    from simtrain.simulate import simulate
-    from simtrain.spec.loading import load_scenario
+def run_variants(scenario: str | Path, sets) -> list[Row]:
+    """One Row per variant of `sets` (see `variants`), each loaded and simulated on its own."""
+    labelled = variants(sets)
     rows = []
-    for label, over in variants(sets):
+    for (label, over), o in zip(labelled, run_factors(scenario, [over for _, over in labelled])):
         row = Row(label, over)
-        try:
-            sc, topo = load_scenario(scenario, over)
-            run = simulate(sc, topo)
-        except SimtrainError as e:
-            row.error = str(e).splitlines()[0]
+        if not o.ok:
+            row.error = o.error.splitlines()[0]
         else:
-            row.result = run.result
-            row.step = run.result["step_time_s"]
-            row.pp = sc.parallel.pp
-            row.spans = compute_spans(run)
+            row.result = o.result
+            row.step = o.result.step_time_s
+            row.pp = o.scenario.parallel.pp
+            row.spans = compute_spans(o.run)
         rows.append(row)
     return rows
 
@@ -139,16 +137,16 @@ def table(rows) -> str:
             lines.append(f"  {r.label:<{wl}} invalid: {r.error}")
             continue
         x = r.result
-        per = " ".join(f"{m['total'] / GiB:.0f}" for m in x["memory"])
-        ex = x["breakdown"]["exposed_comm_s"]
+        per = " ".join(f"{m.total / GiB:.0f}" for m in x.memory)
+        ex = x.breakdown.exposed_comm_s
         exs = "/".join(f"{ex[k]:.2f}" for k in ("tp", "pp", "dp"))
-        lines.append(f"  {r.label:<{wl}} {fmt_time(x['step_time_s']):>10} {100 * x['mfu']:5.1f}% {100 * x['bubble_fraction']:6.1f}% {exs:>21} "
-                     f"{x['peak_memory_bytes'] / GiB:7.1f}Gi {'yes' if x['fits_in_memory'] else 'NO':>4}   {per}")
+        lines.append(f"  {r.label:<{wl}} {fmt_time(x.step_time_s):>10} {100 * x.mfu:5.1f}% {100 * x.bubble_fraction:6.1f}% {exs:>21} "
+                     f"{x.peak_memory_bytes / GiB:7.1f}Gi {'yes' if x.fits_in_memory else 'NO':>4}   {per}")
     return "\n".join(lines)
 
 
 def to_csv(rows) -> str:
-    n = max((len(r.result["memory"]) for r in rows if r.result), default=0)
+    n = max((len(r.result.memory) for r in rows if r.result), default=0)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["variant", "overrides", "schedule", "step_time_s", "mfu", "bubble_fraction",
@@ -159,15 +157,13 @@ def to_csv(rows) -> str:
             w.writerow([r.label, " ".join(r.overrides)] + [""] * (9 + 2 * n) + [r.error])
             continue
         x = r.result
-        per = [f"{m['total'] / GiB:.6g}" for m in x["memory"]]
-        act = [f"{m['activations'] / GiB:.6g}" for m in x["memory"]]
-        w.writerow([r.label, " ".join(r.overrides), x["schedule"], f"{x['step_time_s']:.9g}", f"{x['mfu']:.6g}",
-                    f"{x['bubble_fraction']:.5f}"] + [f"{x['breakdown']['exposed_comm_s'][k]:.6g}" for k in ("tp", "pp", "dp")]
-                   + [f"{x['peak_memory_bytes'] / GiB:.6g}", x["fits_in_memory"]]
+        per = [f"{m.total / GiB:.6g}" for m in x.memory]
+        act = [f"{m.activations / GiB:.6g}" for m in x.memory]
+        w.writerow([r.label, " ".join(r.overrides), x.schedule, f"{x.step_time_s:.9g}", f"{x.mfu:.6g}",
+                    f"{x.bubble_fraction:.5f}"] + [f"{x.breakdown.exposed_comm_s[k]:.6g}" for k in ("tp", "pp", "dp")]
+                   + [f"{x.peak_memory_bytes / GiB:.6g}", x.fits_in_memory]
                    + per + [""] * (n - len(per)) + act + [""] * (n - len(act)) + [""])
     return buf.getvalue()
-
-
 
 
 def figure(rows, path: Path, title: str) -> None:
@@ -196,7 +192,7 @@ def figure(rows, path: Path, title: str) -> None:
             y0, hgt = band[lane]
             ax.broken_barh(bars, (r.pp - 1 - rank + y0, hgt), facecolors=COLORS.get(cat, "#999999"),
                            alpha=0.6 if later_chunk else 1.0, edgecolor="white", linewidth=0.3)
-        m = r.result["num_microbatches"]
+        m = r.result.num_microbatches
         if m <= 24:
             for rank, cat, s, e, mb, ch, lane in r.spans:
                 if cat in ("F", "B", "BW", "W") and (e - s) * 1e3 > tmax / 120:
@@ -209,8 +205,8 @@ def figure(rows, path: Path, title: str) -> None:
         ax.set_yticklabels([f"{r.pp - 1 - k}" for k in range(r.pp)], fontsize=7)
         ax.set_ylabel("rank", fontsize=8)
         x = r.result
-        ax.set_title(f"{r.label}: step {fmt_time(x['step_time_s'])}, bubble {100 * x['bubble_fraction']:.1f} %, "
-                     f"peak {x['peak_memory_bytes'] / GiB:.1f} GiB", fontsize=9, loc="left")
+        ax.set_title(f"{r.label}: step {fmt_time(x.step_time_s)}, bubble {100 * x.bubble_fraction:.1f} %, "
+                     f"peak {x.peak_memory_bytes / GiB:.1f} GiB", fontsize=9, loc="left")
         ax.tick_params(axis="x", labelsize=7)
     if ok:
         ax.set_xlabel("time (ms); grey = idle; numbers = microbatch; paler = the rank's later chunks; "
@@ -221,9 +217,9 @@ def figure(rows, path: Path, title: str) -> None:
     axs.barh(labels, [r.step for r in ok], color="#4C78A8")
     axs.set_xlabel("step time (s)", fontsize=8)
     axs.invert_yaxis()
-    cap = ok[0].result["memory_capacity_bytes"] / GiB if ok else 0
-    axm.barh(labels, [r.result["peak_memory_bytes"] / GiB for r in ok],
-             color=["#54A24B" if r.result["fits_in_memory"] else "#E45756" for r in ok])
+    cap = ok[0].result.memory_capacity_bytes / GiB if ok else 0
+    axm.barh(labels, [r.result.peak_memory_bytes / GiB for r in ok],
+             color=["#54A24B" if r.result.fits_in_memory else "#E45756" for r in ok])
     if ok:
         axm.axvline(cap, color="black", linestyle="--", linewidth=1)
         axm.text(cap, -0.6, " capacity", fontsize=7, va="bottom")

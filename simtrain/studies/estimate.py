@@ -28,13 +28,16 @@ from simtrain.workload.build import build_workload
 from simtrain.workload.ir import Comm, Ring
 
 
-def estimate(sc, topo, costs=None) -> dict:
-    """`costs`: any ComputeCostModel (default: the device's calibrated roofline, as `simulate`)."""
+def estimate(sc, topo, costs=None, schedule=None, collective=choose) -> dict:
+    """`costs`: any ComputeCostModel (default: the device's calibrated roofline, as `simulate`).
+    `schedule`: the plan's schedule when the caller built it already (default: schedule_for);
+    `collective`: what picks a collective's algorithm and cost (default network.collectives.choose;
+    a plan search passes a memoized one)."""
     p = sc.parallel
     dev = device_of(sc.cluster)
     costs = costs or CalibratedRoofline(dev, sc.training.precision)
     m = sc.num_microbatches
-    sched = schedule_for(p, m)
+    sched = schedule if schedule is not None else schedule_for(p, m)
     work = build_workload(sc, sched.num_stages)
     grid = RankGrid(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp)
     place = placement_of(sc, grid, topo)
@@ -50,7 +53,7 @@ def estimate(sc, topo, costs=None) -> dict:
             return 0.0
         if c.collective == "send_recv":
             return p2p_time(c.size_bytes, shapes[c.kind].span or "scale_up", topo)
-        return choose(c.collective, c.size_bytes, shapes[c.kind], topo, net.algorithm_for(c.collective), net.protocol).seconds
+        return collective(c.collective, c.size_bytes, shapes[c.kind], topo, net.algorithm_for(c.collective), net.protocol).seconds
 
     def items(seq) -> float:
         t = 0.0
@@ -85,7 +88,7 @@ def estimate(sc, topo, costs=None) -> dict:
         coll = "all_reduce" if p.zero_stage == 0 else "reduce_scatter"
         bucket = min(p.bucket_size_params, params)
         n_buckets = -(-params // bucket)
-        one = choose(coll, grad_bytes * bucket, shapes["dp"], topo, net.algorithm_for(coll), net.protocol).seconds
+        one = collective(coll, grad_bytes * bucket, shapes["dp"], topo, net.algorithm_for(coll), net.protocol).seconds
         whole = n_buckets * one
         # gradients accumulate over microbatches: the reduction can only overlap the last
         # microbatch's backward on the rank; the last bucket always comes after it

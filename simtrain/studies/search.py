@@ -22,16 +22,35 @@ price per device-hour x devices x step time / 3600 / tokens per step x 1e6, from
 """
 from __future__ import annotations
 
+import argparse
 import copy
+import csv
+import io
 import itertools
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from simtrain.errors import Collector, ConfigError, Problem, SimtrainError
+from simtrain import __version__
+from simtrain.errors import Collector, ConfigError, Problem, ScheduleError
+from simtrain.hardware.devices import device_of
+from simtrain.hardware.topology import Topology, find_topology_file, load_topology
+from simtrain.network.collectives import Cost, choose
+from simtrain.results.figures import save_figure
+from simtrain.results.io import write_atomic
+from simtrain.results.memory import memory_fit, rank_static
+from simtrain.results.step import StepResult
+from simtrain.schedules import SCHEDULES, Schedule, schedule_for
+from simtrain.spec.loading import apply_overrides, build_scenario, load_scenario
+from simtrain.spec.scenario import Scenario
+from simtrain.studies.estimate import estimate
+from simtrain.studies.runner import Point, run_factors
+from simtrain.units import fmt_bytes, fmt_time
+from simtrain.workload.build import build_workload
 
 RECOMPUTE = ("none", "selective", "full")
 DEFAULT_SCHEDULES = ("1f1b", "interleaved_1f1b")
@@ -129,7 +148,6 @@ def parse_fixes(fixes, path: str) -> dict:
             if name == "sequence_parallel":
                 ok, want = isinstance(v, bool), "true or false"
             elif name == "schedule":
-                from simtrain.schedules import SCHEDULES
                 ok, want = v in SCHEDULES, f"one of: {', '.join(SCHEDULES)}"
             elif name == "recompute":
                 ok, want = v in RECOMPUTE, f"one of: {', '.join(RECOMPUTE)}"
@@ -196,88 +214,78 @@ def enumerate_plans(model, global_batch: int, devices_per_node: int, nodes_list,
     return sorted(set(out))
 
 
-_SCHEDULES: dict = {}
+class PlanCache:
+    """The memo tables of one search, passed explicitly to what uses them: thousands of plans
+    share a few schedules, one topology per cluster size and a few hundred collective choices.
+
+    schedule     by (name, pp, microbatches, vpp): a registered schedule depends on nothing else
+                 (schedules.build_schedule). Built with its builder's own checks but without
+                 `validate` (a dependency walk quadratic in the actions, most of a candidate's
+                 cost): the registered builders are validated by the schedule tests, and every
+                 plan that is simulated goes through the validated `schedule_for` again.
+    topology     by (file, nodes, mtime, arguments): the loader for build_scenario; one object
+                 per cluster size, which the collective table keys on.
+    choose       network.collectives.choose by (collective, bytes, group shape, topology
+                 identity, algorithm, protocol, measured tables); it is pure."""
+
+    def __init__(self) -> None:
+        self.schedules: dict = {}
+        self.topologies: dict = {}
+        self.collectives: dict = {}
+
+    def schedule(self, parallel, m: int) -> Schedule:
+        if parallel.schedule_csv:
+            return schedule_for(parallel, m)
+        key = (parallel.schedule, parallel.pp, m, parallel.vpp)
+        if key not in self.schedules:
+            d = SCHEDULES[parallel.schedule]
+            problems = d.check(parallel.pp, m, parallel.vpp)
+            if problems:
+                raise ScheduleError("; ".join(f"{k}: {p}; {f}" for k, p, f in problems))
+            self.schedules[key] = d.build(parallel.pp, m, parallel.vpp)
+        return self.schedules[key]
+
+    def topology(self, path, nodes: int, *args, **kwargs) -> Topology:
+        key = (str(path), nodes, os.path.getmtime(path), args, tuple(sorted(kwargs.items())))
+        if key not in self.topologies:
+            self.topologies[key] = load_topology(path, nodes, *args, **kwargs)
+        return self.topologies[key]
+
+    def choose(self, coll: str, n: float, g, topo: Topology, algorithm: str = "auto", protocol: str = "auto",
+               measured: tuple = (), notes: set | None = None) -> Cost:
+        if notes is not None:           # the caller collects lookup notes: not a pure call
+            return choose(coll, n, g, topo, algorithm, protocol, measured, notes)
+        key = (coll, n, g, id(topo), algorithm, protocol, measured)
+        if key not in self.collectives:
+            self.collectives[key] = choose(coll, n, g, topo, algorithm, protocol, measured)
+        return self.collectives[key]
 
 
-def cached_schedule(parallel, m: int):
-    """The plan's schedule for pruning, memoized: a registered schedule depends only on (name, pp,
-    microbatches, vpp) (schedules.build_schedule), and thousands of plans share a few. Built with
-    its builder's own checks but without `validate` (a dependency walk quadratic in the actions,
-    most of a candidate's cost): the registered builders are validated by the schedule tests, and
-    every plan that is simulated goes through the validated `schedule_for` again."""
-    from simtrain.errors import ScheduleError
-    from simtrain.schedules import SCHEDULES, schedule_for
-    if parallel.schedule_csv:
-        return schedule_for(parallel, m)
-    key = (parallel.schedule, parallel.pp, m, parallel.vpp)
-    if key not in _SCHEDULES:
-        d = SCHEDULES[parallel.schedule]
-        problems = d.check(parallel.pp, m, parallel.vpp)
-        if problems:
-            raise ScheduleError("; ".join(f"{k}: {p}; {f}" for k, p, f in problems))
-        sched = d.build(parallel.pp, m, parallel.vpp)
-        _SCHEDULES[key] = (sched, sched.split_backward)
-    return _SCHEDULES[key][0]
-
-
-def _split_backward(parallel, m: int) -> bool:
-    cached_schedule(parallel, m)
-    key = (parallel.schedule, parallel.pp, m, parallel.vpp)
-    return _SCHEDULES[key][1] if key in _SCHEDULES else cached_schedule(parallel, m).split_backward
-
-
-class _memoized_estimate:
-    """Within the block, simtrain.studies.estimate's schedule_for and choose are memoized (both are pure:
-    the same arguments give the same frozen result; topologies are keyed by identity, one object
-    per cluster size); restored on exit."""
-
-    def __enter__(self):
-        import simtrain.studies.estimate as E
-        self.E, self.saved = E, (E.schedule_for, E.choose)
-        base_choose, cache = E.choose, {}
-
-        def choose(coll, n, g, topo, algorithm="auto", protocol="auto", measured=(), notes=None):
-            if notes is not None:
-                return base_choose(coll, n, g, topo, algorithm, protocol, measured, notes)
-            key = (coll, n, g, id(topo), algorithm, protocol, measured)
-            if key not in cache:
-                cache[key] = base_choose(coll, n, g, topo, algorithm, protocol, measured)
-            return cache[key]
-        E.schedule_for, E.choose = cached_schedule, choose
-        return self
-
-    def __exit__(self, *exc):
-        self.E.schedule_for, self.E.choose = self.saved
-        return False
-
-
-def closed_form(sc, topo) -> float:
+def closed_form(sc: Scenario, topo: Topology, cache: PlanCache | None = None) -> float:
     """simtrain.studies.estimate's step time: the interleaved pipeline term (m·v + p − 1) chunk times and
     the gradient reduction the last microbatch's backward cannot hide (both found by comparing
-    with the simulation over every plan of a small case, tests/test_search.py)."""
-    from simtrain.studies.estimate import estimate
-    return estimate(sc, topo)["step_time_s"]
+    with the simulation over every plan of a small case, tests/test_search.py). With a `cache`,
+    its schedules and collective choices."""
+    if cache is None:
+        return estimate(sc, topo)["step_time_s"]
+    return estimate(sc, topo, schedule=cache.schedule(sc.parallel, sc.num_microbatches), collective=cache.choose)["step_time_s"]
 
 
-def memory_bounds(sc, topo) -> tuple:
+def memory_bounds(sc: Scenario, topo: Topology, cache: PlanCache | None = None) -> tuple:
     """(lower bound, estimate) of the peak bytes of the busiest rank, without simulating.
     Lower: static + buffers + the largest single microbatch-chunk's stored activations (every
     schedule holds at least one when its first backward starts). Estimate: the in-flight count
     from walking the schedule's actions (F allocates a chunk's activations, its B / BW frees them;
     with a split backward the W does), the engine's rule, plus the transient working bytes."""
-    from simtrain.simulate import comm_buffers, static_memory
-    from simtrain.workload.build import build_workload
     p = sc.parallel
-    sched = cached_schedule(p, sc.num_microbatches)
+    sched = (cache or PlanCache()).schedule(p, sc.num_microbatches)
     work = build_workload(sc, sched.num_stages)
     act = [sum(w.act_layers) + w.act_bytes_pre + w.act_bytes_post for w in work]
-    layer_params = max((d + e for w in work for d, e in zip(w.layer_dense, w.layer_expert)), default=0.0)
-    buf = comm_buffers(sc, layer_params)
     lower = est = 0.0
-    free_on = "W" if _split_backward(p, sc.num_microbatches) else None
+    free_on = "W" if sched.split_backward else None
     for r, held in enumerate(sched.stage_of):
-        st = sum(static_memory(sc, sum(work[k].params for k in held), sum(work[k].expert_params for k in held)).values())
-        lower = max(lower, st + buf + max(act[k] for k in held))
+        st = rank_static(sc, work, held).total
+        lower = max(lower, st + max(act[k] for k in held))
         cur = peak = 0.0
         for a in sched.actions[r]:
             k = held[a.chunk] if a.chunk < len(held) else held[0]
@@ -286,7 +294,7 @@ def memory_bounds(sc, topo) -> tuple:
                 peak = max(peak, cur)
             elif (free_on == "W" and a.kind in ("W", "BW")) or (free_on is None and a.kind in ("B", "BW")):
                 cur -= act[k]
-        est = max(est, st + buf + peak + max(work[k].act_working_bytes for k in held))
+        est = max(est, st + peak + max(work[k].act_working_bytes for k in held))
     return lower, est
 
 
@@ -307,33 +315,6 @@ def plan_raw(raw: dict, plan: Plan) -> dict:
     return d
 
 
-_TOPOLOGIES: dict = {}
-
-
-class _memoized_topology:
-    """Within the block, the loader's load_topology is memoized on (file, nodes, mtime): every plan
-    of a cluster size reads the same topology file. Restored on exit."""
-
-    def __enter__(self):
-        import os
-
-        import simtrain.spec.loading as Ld
-        self.L, self.saved = Ld, Ld.load_topology
-        base = Ld.load_topology
-
-        def load(path, nodes, *a, **kw):
-            key = (str(path), nodes, os.path.getmtime(path), a, tuple(sorted(kw.items())))
-            if key not in _TOPOLOGIES:
-                _TOPOLOGIES[key] = base(path, nodes, *a, **kw)
-            return _TOPOLOGIES[key]
-        Ld.load_topology = load
-        return self
-
-    def __exit__(self, *exc):
-        self.L.load_topology = self.saved
-        return False
-
-
 @dataclass
 class Candidate:
     plan: Plan
@@ -343,13 +324,13 @@ class Candidate:
     mem_estimate: float = 0.0
     capacity: float = 0.0
     estimate_s: float = 0.0
-    result: dict | None = None
+    result: StepResult | None = None
     error: str | None = None
     objective: float = 0.0
 
     @property
     def est_fits(self) -> bool:
-        return self.mem_estimate <= self.capacity
+        return memory_fit([(self.mem_estimate, self.capacity)]).fits
 
 
 @dataclass
@@ -367,23 +348,22 @@ class SearchResult:
     timing: dict = field(default_factory=dict)
 
 
-def objective_value(objective: str, r: dict, sc, price) -> float:
+def objective_value(objective: str, r: StepResult, sc, price) -> float:
     """Lower is better for every objective (tokens/s enters negated)."""
     if objective == "step_time":
-        return r["step_time_s"]
+        return r.step_time_s
     if objective == "tokens_per_s":
-        return -r["tokens_per_s"]
+        return -r.tokens_per_s
     return cost_per_mtok(price, r)
 
 
-def cost_per_mtok(price, r: dict) -> float:
+def cost_per_mtok(price: float, r: StepResult) -> float:
     """US$ per million tokens: price x devices x step / 3600 / tokens per step x 1e6.
     Example: $2/device-h, 1,024 devices, a 10 s step of 3.1M tokens: 2 x 1024 x 10 / 3600 / 3.1e6 x 1e6 = $1.84."""
-    return price * r["num_devices"] * r["step_time_s"] / 3600.0 / (r["tokens_per_s"] * r["step_time_s"]) * 1e6
+    return price * r.num_devices * r.step_time_s / 3600.0 / (r.tokens_per_s * r.step_time_s) * 1e6
 
 
 def _load_raw(path: Path) -> dict:
-    from simtrain.spec.loading import load_scenario
     load_scenario(path)                  # the base must load: its errors are the user's to fix first
     return yaml.safe_load(path.read_text())
 
@@ -391,9 +371,6 @@ def _load_raw(path: Path) -> dict:
 def search(path, objective: str = "step_time", fixes=(), max_candidates: int = 20, nodes_list=None,
            schedules=DEFAULT_SCHEDULES, max_mb: int = 8, zero_stages=(0, 1), exhaustive: bool = False) -> SearchResult:
     """`exhaustive` simulates every plan that survives the memory lower bound (the tests' reference)."""
-    from simtrain.hardware.devices import device_of
-    from simtrain.simulate import simulate
-    from simtrain.spec.loading import apply_overrides, build_scenario, load_scenario
     t0 = time.perf_counter()
     path = Path(path)
     if objective not in OBJECTIVES:
@@ -410,21 +387,20 @@ def search(path, objective: str = "step_time", fixes=(), max_candidates: int = 2
                                        "add `cost: {price_per_device_hour: 2.0}` (US$) to the scenario")])
     plans = enumerate_plans(base.model, base.training.global_batch_size, topo0.devices_per_node,
                             nodes_list or [base.cluster.nodes], fx, schedules, max_mb, zero_stages)
-    cands, invalid, pruned, topos = [], 0, 0, {}
+    cache = PlanCache()
+    cands, invalid, pruned = [], 0, 0
     raw_x = apply_overrides(raw, extra, Collector(str(path)))
     t1 = time.perf_counter()
     for plan in plans:
         errs = Collector(str(path))
         try:
-            with _memoized_topology():
-                sc, topo = build_scenario(plan_raw(raw_x, plan), path, errs)
+            sc, topo = build_scenario(plan_raw(raw_x, plan), path, errs, topology_loader=cache.topology)
         except ConfigError:
             invalid += 1
             continue
-        topo = topos.setdefault(sc.cluster.nodes, topo)      # one object per size: the memo keys on it
-        lo, est = memory_bounds(sc, topo)
+        lo, est = memory_bounds(sc, topo, cache)
         cap = device_of(sc.cluster).memory_bytes
-        if lo > cap:
+        if not memory_fit([(lo, cap)]).fits:
             pruned += 1
             continue
         cands.append(Candidate(plan, sc, topo, lo, est, cap))
@@ -432,25 +408,25 @@ def search(path, objective: str = "step_time", fixes=(), max_candidates: int = 2
     # closed form for the plans whose memory estimate fits; the others only if too few fit
     fit = [c for c in cands if c.est_fits]
     todo = cands if (exhaustive or len(fit) < max_candidates) else fit
-    with _memoized_estimate():
-        for c in todo:
-            c.estimate_s = closed_form(c.scenario, c.topology)
-            W = c.scenario.world_size
-            tokens = c.scenario.training.global_batch_size * c.scenario.model.seq_length
-            c.objective = {"step_time": c.estimate_s, "tokens_per_s": -tokens / c.estimate_s,
-                           "cost": (price or 0.0) * W * c.estimate_s / 3600.0 / tokens * 1e6}[objective]
+    for c in todo:
+        c.estimate_s = closed_form(c.scenario, c.topology, cache)
+        W = c.scenario.world_size
+        tokens = c.scenario.training.global_batch_size * c.scenario.model.seq_length
+        c.objective = {"step_time": c.estimate_s, "tokens_per_s": -tokens / c.estimate_s,
+                       "cost": (price or 0.0) * W * c.estimate_s / 3600.0 / tokens * 1e6}[objective]
     cands = todo
     t3 = time.perf_counter()
     cands.sort(key=lambda c: (not c.est_fits, c.objective, c.plan))
     chosen = cands if exhaustive else cands[:max_candidates]
-    for c in chosen:
-        try:
-            c.result = simulate(c.scenario, c.topology).result
+    points = [Point(extra + c.plan.overrides(), c.scenario, c.topology) for c in chosen]
+    for c, o in zip(chosen, run_factors(path, points)):
+        if o.ok:
+            c.result = o.result
             c.objective = objective_value(objective, c.result, c.scenario, price)
-        except SimtrainError as e:
-            c.error = str(e).splitlines()[0]
+        else:
+            c.error = o.error.splitlines()[0]
     t4 = time.perf_counter()
-    ranked = sorted([c for c in chosen if c.result is not None], key=lambda c: (not c.result["fits_in_memory"], c.objective, c.plan))
+    ranked = sorted([c for c in chosen if c.result is not None], key=lambda c: (not c.result.fits_in_memory, c.objective, c.plan))
     ranked += [c for c in chosen if c.result is None]
     return SearchResult(ranked, len(plans), invalid, pruned, len(todo), len(chosen), time.perf_counter() - t0, objective, price,
                         raw, {"validate_and_memory_s": t2 - t1, "estimate_s": t3 - t2, "simulate_s": t4 - t3})
@@ -459,38 +435,36 @@ def search(path, objective: str = "step_time", fixes=(), max_candidates: int = 2
 COMPONENTS = ("compute_s", "bubble_s")
 
 
-def _components(r: dict) -> dict:
-    b = r["breakdown"]
-    d = {"compute": b["compute_s"], "pipeline bubble": b["bubble_s"]}
-    for k, v in b["exposed_comm_s"].items():
+def _components(r: StepResult) -> dict:
+    b = r.breakdown
+    d = {"compute": b.compute_s, "pipeline bubble": b.bubble_s}
+    for k, v in b.exposed_comm_s.items():
         d[f"exposed {k} comm"] = v
     return d
 
 
 def why_best(res: SearchResult) -> str:
     """One line: which part of the busiest rank's step the best plan spends less on than the runner-up."""
-    from simtrain.units import fmt_time
     ok = [c for c in res.ranked if c.result is not None]
     if len(ok) < 2:
         return "only one plan was simulated"
     a, b = ok[0], ok[1]
-    if a.result["fits_in_memory"] and not b.result["fits_in_memory"]:
+    if a.result.fits_in_memory and not b.result.fits_in_memory:
         return f"{a.plan.label()} is the only simulated plan that fits in memory among the first two"
     ca, cb = _components(a.result), _components(b.result)
     diffs = sorted(((cb[k] - ca[k], k) for k in ca), reverse=True)
     gain, comp = diffs[0]
-    dt = b.result["step_time_s"] - a.result["step_time_s"]
+    dt = b.result.step_time_s - a.result.step_time_s
     line = (f"best {a.plan.label()} beats the runner-up {b.plan.label()} by {fmt_time(dt)} per step"
-            f" ({100 * dt / b.result['step_time_s']:.1f} %)")
+            f" ({100 * dt / b.result.step_time_s:.1f} %)")
     if gain > 0:
         line += f": its {comp} is {fmt_time(gain)} shorter ({fmt_time(ca[comp])} vs {fmt_time(cb[comp])} on the busiest rank)"
-    if res.objective == "cost" and a.result["num_devices"] != b.result["num_devices"]:
-        line += f"; on {a.result['num_devices']} devices vs {b.result['num_devices']}"
+    if res.objective == "cost" and a.result.num_devices != b.result.num_devices:
+        line += f"; on {a.result.num_devices} devices vs {b.result.num_devices}"
     return line
 
 
 def table(res: SearchResult, top: int) -> str:
-    from simtrain.units import fmt_bytes, fmt_time
     head = f"  {'#':>3} {'plan':52s} {'step':>9s} {'estimate':>9s} {'MFU':>6s} {'peak mem':>10s} {'fits':>4s} {'bubble':>7s} {'exposed comm (tp/cp/ep/pp/dp)':>32s}"
     if res.objective == "cost":
         head += f" {'$/Mtok':>8s}"
@@ -500,10 +474,10 @@ def table(res: SearchResult, top: int) -> str:
             lines.append(f"  {i:>3} {c.plan.label():52s} error: {c.error}")
             continue
         r = c.result
-        ex = r["breakdown"]["exposed_comm_s"]
+        ex = r.breakdown.exposed_comm_s
         comm = "/".join(f"{1e3 * ex[k]:.0f}" for k in ("tp", "cp", "ep", "pp", "dp")) + " ms"
-        line = (f"  {i:>3} {c.plan.label():52s} {fmt_time(r['step_time_s']):>9s} {fmt_time(c.estimate_s):>9s} {100 * r['mfu']:5.1f}% "
-                f"{fmt_bytes(r['peak_memory_bytes']):>10s} {'yes' if r['fits_in_memory'] else 'NO':>4s} {100 * r['bubble_fraction']:6.1f}% {comm:>32s}")
+        line = (f"  {i:>3} {c.plan.label():52s} {fmt_time(r.step_time_s):>9s} {fmt_time(c.estimate_s):>9s} {100 * r.mfu:5.1f}% "
+                f"{fmt_bytes(r.peak_memory_bytes):>10s} {'yes' if r.fits_in_memory else 'NO':>4s} {100 * r.bubble_fraction:6.1f}% {comm:>32s}")
         if res.objective == "cost":
             line += f" {cost_per_mtok(res.price, r):8.3f}"
         lines.append(line)
@@ -513,8 +487,6 @@ def table(res: SearchResult, top: int) -> str:
 def best_scenario(res: SearchResult, path: Path) -> dict:
     """The base scenario's YAML with the best plan applied; file paths made absolute so the file
     runs from wherever it is written."""
-    from simtrain.hardware.topology import find_topology_file
-    from simtrain.spec.loading import apply_overrides
     best = res.ranked[0]
     errs = Collector(str(path))
     doc = apply_overrides(res.base_raw, best.plan.overrides(), errs)
@@ -552,21 +524,20 @@ def figure(res: SearchResult, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from simtrain.results.figures import save_figure
     ok = [c for c in res.ranked if c.result is not None]
     GiB = 2.0**30
-    pts = [(c.result["peak_memory_bytes"] / GiB, c.result["step_time_s"]) for c in ok]
+    pts = [(c.result.peak_memory_bytes / GiB, c.result.step_time_s) for c in ok]
     front = set(pareto(pts))
     fig, ax = plt.subplots(figsize=(8, 5))
-    fit = [i for i, c in enumerate(ok) if c.result["fits_in_memory"]]
-    nofit = [i for i, c in enumerate(ok) if not c.result["fits_in_memory"]]
+    fit = [i for i, c in enumerate(ok) if c.result.fits_in_memory]
+    nofit = [i for i, c in enumerate(ok) if not c.result.fits_in_memory]
     ax.scatter([pts[i][0] for i in fit], [pts[i][1] for i in fit], c="#4c72b0", s=22, label="simulated plan (fits)")
     if nofit:
         ax.scatter([pts[i][0] for i in nofit], [pts[i][1] for i in nofit], c="#c44e52", marker="x", s=22, label="does not fit")
     fr = sorted(front, key=lambda i: pts[i][0])
     ax.plot([pts[i][0] for i in fr], [pts[i][1] for i in fr], "-o", c="#dd8452", mfc="none", ms=9, label="Pareto front")
     if ok:
-        ax.axvline(ok[0].result["memory_capacity_bytes"] / GiB, c="grey", ls="--", lw=1, label="device memory")
+        ax.axvline(ok[0].result.memory_capacity_bytes / GiB, c="grey", ls="--", lw=1, label="device memory")
         b = ok[0]
         ax.annotate(f"best: {b.plan.label()}", (pts[0][0], pts[0][1]), xytext=(8, 8), textcoords="offset points", fontsize=8)
     ax.set_xlabel("peak memory per device (GiB)")
@@ -578,19 +549,17 @@ def figure(res: SearchResult, path: Path, title: str) -> None:
 
 
 def to_csv(res: SearchResult) -> str:
-    import csv
-    import io
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     cols = list(AXES)
     w.writerow(["rank"] + cols + ["estimate_s", "step_time_s", "mfu", "tokens_per_s", "peak_memory_bytes", "fits_in_memory",
                                   "bubble_fraction"] + [f"exposed_{k}_s" for k in ("tp", "cp", "ep", "pp", "dp")] + ["error"])
     for i, c in enumerate(res.ranked, 1):
-        r = c.result or {}
-        ex = r.get("breakdown", {}).get("exposed_comm_s", {})
+        r = c.result
+        ex = r.breakdown.exposed_comm_s if r is not None else {}
         w.writerow([i] + [getattr(c.plan, k) for k in cols] + [repr(c.estimate_s)] +
-                   [repr(r[k]) if k in r else "" for k in ("step_time_s", "mfu", "tokens_per_s", "peak_memory_bytes")] +
-                   [r.get("fits_in_memory", ""), repr(r["bubble_fraction"]) if r else ""] +
+                   ([repr(getattr(r, k)) for k in ("step_time_s", "mfu", "tokens_per_s", "peak_memory_bytes")] +
+                    [r.fits_in_memory, repr(r.bubble_fraction)] if r is not None else [""] * 6) +
                    [repr(ex[k]) if k in ex else "" for k in ("tp", "cp", "ep", "pp", "dp")] + [c.error or ""])
     return buf.getvalue()
 
@@ -605,10 +574,7 @@ def _int_list(text: str, what: str) -> list:
         raise ConfigError([Problem(what, "", f"expected whole numbers >= 1 separated by commas, got {text!r}", f"write e.g. `{what} 16,32,64`")])
 
 
-def main(args) -> int:
-    from simtrain import __version__
-    from simtrain.results.io import write_atomic
-    from simtrain.units import fmt_time
+def main(args: argparse.Namespace) -> int:
     path = Path(args.scenario)
     if args.max_candidates < 1 or args.top < 1:
         raise ConfigError([Problem("--max-candidates" if args.max_candidates < 1 else "--top", "", "must be >= 1", "give a whole number >= 1")])
@@ -633,14 +599,14 @@ def main(args) -> int:
     best = res.ranked[0]
     if best.result is not None:
         print(f"\n  why: {why_best(res)}")
-        if not best.result["fits_in_memory"]:
+        if not best.result.fits_in_memory:
             print("  warning: no simulated plan fits in memory; raise --max-candidates or relax --fix")
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         write_atomic(out / "best.yaml", yaml.safe_dump(best_scenario(res, path), sort_keys=False).encode())
         write_atomic(out / "search.csv", to_csv(res).encode())
-        figure(res, out / "search.png", f"{path.name}: {res.simulated} simulated plans (best {fmt_time(best.result['step_time_s'])})"
+        figure(res, out / "search.png", f"{path.name}: {res.simulated} simulated plans (best {fmt_time(best.result.step_time_s)})"
                if best.result else path.name)
         print(f"\n  wrote {out}/: best.yaml (run it: simtrain run {out}/best.yaml) search.csv search.png")
     return 0

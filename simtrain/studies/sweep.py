@@ -25,17 +25,30 @@ and topology files at the same paths, as on a shared file system).
 """
 from __future__ import annotations
 
+import argparse
+import csv
 import hashlib
+import io
 import itertools
 import json
 import os
 import sqlite3
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import as_completed as futures_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from simtrain.errors import Collector, ConfigError, SimtrainError
+import yaml
+
+from simtrain.errors import Collector, ConfigError, Problem, SimtrainError
+from simtrain.results.figures import save_figure
+from simtrain.results.io import write_atomic
+from simtrain.spec.loading import load_scenario
+from simtrain.studies.compare import split_values
+from simtrain.studies.runner import Outcome, run_factors
+from simtrain.units import fmt_bytes, fmt_time
 
 COLUMNS = ("key", "overrides", "status", "error", "step_time_s", "tokens_per_s", "mfu", "peak_memory_bytes",
            "fits_in_memory", "bubble_fraction", "num_devices", "result")
@@ -53,7 +66,6 @@ def parse_grid(grid, fixed=()) -> list:
 
         ["a.x=1,2", "b=p,q"]         -> [[a.x=1, b=p], [a.x=1, b=q], [a.x=2, b=p], [a.x=2, b=q]]
         ["n+d=32+8,64+16"]           -> [[n=32, d=8], [n=64, d=16]]"""
-    from simtrain.studies.compare import split_values
     axes = []
     errs = Collector("--grid")
     for g in grid or ():
@@ -102,17 +114,17 @@ def error_key(path: Path, overrides: list) -> str:
 def run_point(path: str, overrides: list) -> dict:
     """Loads and simulates one point (in whatever process the executor chose): the row's fields
     except key and overrides. SimtrainErrors become an error row; anything else is a bug and raises."""
-    from simtrain.simulate import simulate
-    from simtrain.spec.loading import load_scenario
-    try:
-        sc, topo = load_scenario(path, overrides)
-        r = simulate(sc, topo).result
-    except SimtrainError as e:
-        return {"status": "error", "error": str(e)}
-    return {"status": "ok", "error": None, "step_time_s": r["step_time_s"], "tokens_per_s": r["tokens_per_s"],
-            "mfu": r["mfu"], "peak_memory_bytes": r["peak_memory_bytes"], "fits_in_memory": int(bool(r["fits_in_memory"])),
-            "bubble_fraction": r["bubble_fraction"], "num_devices": r["num_devices"],
-            "result": json.dumps(r, sort_keys=True)}
+    return row_fields(next(run_factors(path, [overrides])))
+
+
+def row_fields(o: Outcome) -> dict:
+    if not o.ok:
+        return {"status": "error", "error": o.error}
+    r = o.result
+    return {"status": "ok", "error": None, "step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s,
+            "mfu": r.mfu, "peak_memory_bytes": r.peak_memory_bytes, "fits_in_memory": int(bool(r.fits_in_memory)),
+            "bubble_fraction": r.bubble_fraction, "num_devices": r.num_devices,
+            "result": json.dumps(r.to_dict(), sort_keys=True)}
 
 
 class Store:
@@ -186,14 +198,14 @@ class Progress:
 def _iter_results(executor: str, jobs: list, client=None, workers: int | None = None):
     """Yields (key, fields) as points finish, in whatever order the executor finishes them."""
     if executor == "serial":
-        for key, path, over in jobs:
-            yield key, run_point(path, over)
+        outcomes = run_factors(jobs[0][1], [over for _, _, over in jobs]) if jobs else ()
+        for (key, _, _), o in zip(jobs, outcomes):
+            yield key, row_fields(o)
     elif executor == "process":
-        from concurrent.futures import ProcessPoolExecutor, as_completed
         with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as ex:
             futs = {ex.submit(run_point, path, over): key for key, path, over in jobs}
             try:
-                for f in as_completed(futs):
+                for f in futures_completed(futs):
                     yield futs[f], f.result()
             except BaseException:
                 for f in futs:
@@ -218,7 +230,6 @@ def sweep(path, grid, fixed=(), out: Path = Path("sweep"), executor: str = "seri
           workers: int | None = None, on_row=None, quiet: bool = False, stream=None):
     """Runs the grid into `out/sweep.sqlite`; returns (rows of this grid sorted by key, SweepStats).
     `on_row(row)` is called after each row is committed (the tests interrupt a sweep with it)."""
-    from simtrain.spec.loading import load_scenario
     t0 = time.perf_counter()
     path = Path(path)
     points = parse_grid(grid, fixed)
@@ -262,8 +273,6 @@ def sweep(path, grid, fixed=(), out: Path = Path("sweep"), executor: str = "seri
 
 
 def to_csv(rows) -> str:
-    import csv
-    import io
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     cols = [c for c in COLUMNS if c != "result"]
@@ -275,7 +284,6 @@ def to_csv(rows) -> str:
 
 
 def table(rows, limit: int = 40) -> str:
-    from simtrain.units import fmt_bytes, fmt_time
     lines = [f"  {'overrides':48s} {'step':>10s} {'MFU':>6s} {'peak mem':>10s}  fits"]
     for r in sorted(rows, key=lambda r: (r["status"] != "ok", r["step_time_s"] or 0.0, r["key"]))[:limit]:
         over = " ".join(json.loads(r["overrides"]))
@@ -295,9 +303,7 @@ def scaling_figure(rows, x_key: str, path: Path, title: str, price: float | None
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import yaml
 
-    from simtrain.results.figures import save_figure
     pts = []
     for r in rows:
         if r["status"] != "ok":
@@ -329,9 +335,7 @@ def scaling_figure(rows, x_key: str, path: Path, title: str, price: float | None
     return pts
 
 
-def main(args) -> int:
-    from simtrain.errors import Problem
-    from simtrain.results.io import write_atomic
+def main(args: argparse.Namespace) -> int:
     if not args.grid:
         raise ConfigError([Problem("--grid", "", "no grid given", "add e.g. `--grid parallel.tp=4,8`")])
     out = Path(args.out or f"{Path(args.scenario).stem}.sweep")
@@ -353,7 +357,6 @@ def main(args) -> int:
     write_atomic(out / "sweep.csv", to_csv(rows).encode())
     wrote = "sweep.csv"
     if args.plot_x:
-        import yaml
         raw = yaml.safe_load(Path(args.scenario).read_text())
         price = ((raw.get("cost") or {}) if isinstance(raw, dict) else {}).get("price_per_device_hour")
         pts = scaling_figure(rows, args.plot_x, out / "scaling.png", f"{Path(args.scenario).name}: against {args.plot_x}", price)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from simtrain.results.figures import save_figure
+
 COLORS = {"train": "#4c9a2a", "checkpoint": "#3a6ea5", "detection": "#e07b39", "spare_wait": "#9e9e9e",
           "restart": "#c0392b", "load": "#8e44ad", "warmup": "#f1c40f"}
 
@@ -16,7 +18,6 @@ def sweep_png(sweep: dict, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from simtrain.results.figures import save_figure
     x = [t / 60 for t in sweep["intervals_s"]]
     m = sweep["goodput_mean"]
     fig, ax = plt.subplots(figsize=(8, 4.6))
@@ -55,7 +56,6 @@ def timeline_png(events: list, marks: list, horizon_s: float, path: Path, title:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    from simtrain.results.figures import save_figure
     end = horizon_s if days is None else min(horizon_s, days * 86400.0)
     unit = 3600.0 if end <= 3 * 86400 else 86400.0
     uname = "hours" if unit == 3600.0 else "days"

@@ -9,10 +9,12 @@ go to run_info.json), so the same input and seed give byte-identical files.
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
 import platform
+import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -20,12 +22,17 @@ from pathlib import Path
 import yaml
 
 from simtrain import __version__
+from simtrain.errors import ConfigError, Problem
 from simtrain.results.io import to_json, write_atomic
 from simtrain.studies.reliability import model as M
-from simtrain.studies.reliability.config import defaults, load_spec
+from simtrain.studies.reliability.config import METHODS, defaults, load_spec, parse_duration
+from simtrain.studies.reliability.instep import inject, trace
 from simtrain.studies.reliability.job import run_trial
-from simtrain.studies.reliability.montecarlo import run_many, summarize
+from simtrain.studies.reliability.montecarlo import run_many, stats, summarize
 from simtrain.studies.reliability.optimize import daly, daly_goodput, exact_optimum, grid, refine, young
+from simtrain.studies.reliability.plots import sweep_png, timeline_png
+from simtrain.studies.runner import load_point, simulate_point
+from simtrain.units import UnitError
 
 
 def auto_interval_steps(p: M.JobParams) -> int:
@@ -80,7 +87,6 @@ def cross_check(p: M.JobParams) -> dict:
 
 
 def _sweep_block(p, ns, res, trials, with_cf=True):
-    from simtrain.studies.reliability.montecarlo import stats
     rows = [stats([r["goodput"] for r in res[f"sweep-{n}"]]) for n in ns]
     taus = [n * p.step_time_s for n in ns]
     means = [r["mean"] for r in rows]
@@ -101,9 +107,9 @@ def _sweep_block(p, ns, res, trials, with_cf=True):
 def study(path, overrides=(), days=None, tokens=None, trials=None, seed=None, jobs=1, interval=None, sweep=False,
           sweep_points=13, spares=None, methods=None, out=None, log=None, timeline_days=None, step_fault=None) -> dict:
     """step_fault = (rank, seconds into the step): also inject a failure inside one step (instep.py)."""
-    from simtrain.spec.loading import load_scenario
     t0 = time.perf_counter()
-    sc, topo = load_scenario(path, overrides)
+    point = load_point(path, list(overrides)).check()
+    sc, topo = point.scenario, point.topology
     spec = load_spec(path, overrides)
     if days is not None:
         spec = replace(spec, horizon_s=float(days) * 86400.0, tokens=None)
@@ -119,8 +125,7 @@ def study(path, overrides=(), days=None, tokens=None, trials=None, seed=None, jo
     step_wall = 0.0
     run = None
     if spec.step_time_s is None or spec.checkpoint.size_bytes is None or step_fault is not None:
-        from simtrain.simulate import simulate
-        run = simulate(sc, topo)
+        run = simulate_point(point).check().run
         step, step_wall = run.result, run.wall_s
     p = M.build(spec, sc, topo, step, str(path))
     n = auto_interval_steps(p)
@@ -169,7 +174,6 @@ def study(path, overrides=(), days=None, tokens=None, trials=None, seed=None, jo
         result["what_if"] = wi
     fault = None
     if step_fault is not None:
-        from simtrain.studies.reliability.instep import inject
         fault = inject(run, int(step_fault[0]), float(step_fault[1]), spec.recovery.detect_hang_s)
         fs = fault.summary()
         fs["blocked"] = [b for b in fs["blocked"] if b["on_peer"]]
@@ -184,7 +188,6 @@ def study(path, overrides=(), days=None, tokens=None, trials=None, seed=None, jo
         write_atomic(o / "result.json", to_json(result).encode())
         write_atomic(o / "scenario.resolved.yaml", yaml.safe_dump(sc.resolved(), sort_keys=False).encode())
         write_atomic(o / "timeline.json", json.dumps({"events": [list(e) for e in events], "failures": [list(m) for m in marks]}).encode())
-        from simtrain.studies.reliability.plots import sweep_png, timeline_png
         end = rec["time_s"]
         timeline_png(events, marks, end, o / "timeline.png",
                      f"{sc.name}: trial 0" + (f", first {timeline_days:g} of {end / 86400:g} days" if timeline_days else "")
@@ -196,7 +199,6 @@ def study(path, overrides=(), days=None, tokens=None, trials=None, seed=None, jo
         if variants:
             write_atomic(o / "whatif.csv", whatif_csv(result["what_if"]).encode())
         if fault is not None:
-            from simtrain.studies.reliability.instep import trace
             write_atomic(o / "step_fault_trace.json", json.dumps(trace(run, fault)).encode())
         write_atomic(o / "run_info.json", to_json({"simtrain_version": __version__, "python": platform.python_version(),
                                                    "scenario_file": str(path), "overrides": list(overrides), "jobs": jobs,
@@ -294,12 +296,7 @@ def summary(r: dict) -> str:
     return "\n".join(lines)
 
 
-def main(args) -> int:
-    import sys
-
-    from simtrain.errors import ConfigError, Problem
-    from simtrain.studies.reliability.config import METHODS, parse_duration
-    from simtrain.units import UnitError
+def main(args: argparse.Namespace) -> int:
     interval = None
     probs = []
     if args.interval is not None:

@@ -1,0 +1,100 @@
+"""`simtrain run`: simulate one training step; a summary, `--json`, or the files of `--out`."""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+
+import yaml
+
+from simtrain import __version__
+from simtrain.hardware.topology import Topology
+from simtrain.results.figures import timeline_png
+from simtrain.results.io import to_json, write_atomic
+from simtrain.results.step import StepResult
+from simtrain.results.trace import chrome_trace
+from simtrain.simulate import simulate
+from simtrain.spec.loading import load_scenario
+from simtrain.spec.scenario import Scenario
+from simtrain.units import fmt_bytes, fmt_time
+
+
+def load(args: argparse.Namespace) -> tuple[Scenario, Topology]:
+    """The command's scenario with its `--set` overrides."""
+    return load_scenario(args.scenario, args.set or ())
+
+
+def summary(r: StepResult, wall: float) -> str:
+    b = r.breakdown
+    step = r.step_time_s
+    lines = [
+        f"simtrain {__version__} — {r.scenario}: {r.num_devices} x {r.device} ({r.precision}), "
+        f"{r.num_microbatches} microbatches per step",
+        "",
+        f"  step time          {fmt_time(step)}",
+        f"  tokens/s           {r.tokens_per_s:,.0f}",
+        f"  MFU                {100 * r.mfu:.1f} %   (HFU {100 * r.hfu:.1f} %, incl. recompute)",
+        f"  model FLOPs/step   {r.model_flops_per_step:.3e}",
+        f"  pipeline bubble    {100 * r.bubble_fraction:.1f} % of device time",
+        f"  peak memory        {fmt_bytes(r.peak_memory_bytes)} of {fmt_bytes(r.memory_capacity_bytes)}"
+        + ("" if r.fits_in_memory else f"  DOES NOT FIT: {fmt_bytes(r.memory_shortfall_bytes)} short"),
+        "",
+        f"  where the step goes (rank {b.rank}, stage {b.stage}, the busiest):",
+        f"    compute          {fmt_time(b.compute_s):>10}  {100 * b.compute_s / step:5.1f} %",
+        f"    bubble           {fmt_time(b.bubble_s):>10}  {100 * b.bubble_s / step:5.1f} %",
+    ]
+    for k, v in b.exposed_comm_s.items():
+        if v > 0 or k in ("tp", "pp", "dp"):         # cp / ep only where the plan has them
+            lines.append(f"    exposed {k} comm  {fmt_time(v):>10}  {100 * v / step:5.1f} %")
+    if r.moe is not None:
+        m = r.moe
+        lines += ["", f"  experts: {m.num_experts} (top-{m.top_k}) over ep {m.ep}, routing {m.routing}; busiest ep rank "
+                      f"{m.imbalance_max:.2f} x the mean, {100 * m.dropped_fraction_mean:.1f} % of assignments dropped"]
+    if r.context_parallel is not None:
+        c = r.context_parallel
+        lines += ["", f"  context parallel: cp {c.cp} ({c.cp_kind}), {c.tokens_per_rank:,.0f} tokens per rank"]
+    if r.stragglers is not None:
+        st = r.stragglers
+        lines += ["", f"  stragglers: {st.count} devices; without them the step takes {fmt_time(st.step_time_without_s)} "
+                      f"(x{st.slowdown:.3f} with them)"]
+        for x in st.critical_path[:3]:
+            lines.append(f"    on the critical path: rank {x.representative_rank} (stage {x.stage}, {x.device}"
+                         f"{', with a straggler' if x.straggler else ''}) for {fmt_time(x.seconds)}")
+    lines += ["", "  memory per stage (GiB):  weights  grads  optim  activ  buffers  total  in-flight"]
+    g = 2.0**30
+    for m in r.memory:
+        lines.append(f"    stage {m.stage:<3}             {m.weights / g:7.2f} {m.gradients / g:6.2f} {m.optimizer / g:6.2f} "
+                     f"{m.activations / g:6.2f} {m.communication_buffers / g:8.2f} {m.total / g:6.2f}  {m.inflight_microbatches_peak:>5}")
+    if r.coverage:
+        lines += ["", "  coverage notes (costs not backed by a direct measurement):"]
+        lines += [f"    - {c}" for c in r.coverage]
+    lines += ["", f"  simulated {r.simulated_classes} rank classes, {r.simulated_ops:,} ops in {wall:.2f} s wall"]
+    return "\n".join(lines)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    sc, topo = load(args)
+    run = simulate(sc, topo)
+    r = run.result
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / "result.json", to_json(r).encode())
+        write_atomic(out / "scenario.resolved.yaml", yaml.safe_dump(sc.resolved(), sort_keys=False).encode())
+        write_atomic(out / "trace.json", json.dumps(chrome_trace(run.ops, run.timeline, run.classes, topo, run.link_series)).encode())
+        timeline_png(run.ops, run.timeline, run.classes, out / "timeline.png", f"{sc.name}: step {fmt_time(r.step_time_s)}")
+        write_atomic(out / "run_info.json", to_json({
+            "simtrain_version": __version__, "python": platform.python_version(),
+            "sim_wall_s": run.wall_s, "scenario_file": str(args.scenario), "overrides": list(args.set or ()),
+        }).encode())
+    if args.json:
+        d = r.to_dict()
+        d["sim_wall_s"] = run.wall_s
+        sys.stdout.write(json.dumps(d) + "\n")
+    else:
+        print(summary(r, run.wall_s))
+        if args.out:
+            print(f"\n  wrote {args.out}/: result.json scenario.resolved.yaml trace.json timeline.png run_info.json")
+    return 0

@@ -1,0 +1,29 @@
+"""`simtrain compare`: variants of a scenario side by side (sweep, search and reliability have their
+own `main` in simtrain.studies)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from simtrain import __version__
+from simtrain.results.io import write_atomic
+from simtrain.studies.compare import figure, run_variants, table, to_csv
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    rows = run_variants(args.scenario, args.set)
+    print(f"simtrain {__version__} — compare {args.scenario}")
+    print(table(rows))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / "compare.csv", to_csv(rows).encode())
+        if any(r.result for r in rows):
+            figure(rows, out / "compare.png", f"{Path(args.scenario).name}: pipeline timelines (one representative rank per pipeline stage)")
+        print(f"\n  wrote {args.out}/: compare.csv" + (" compare.png" if any(r.result for r in rows) else ""))
+    bad = [r for r in rows if r.error]
+    if bad:
+        print(f"\n  {len(bad)} of {len(rows)} variants are invalid (see their rows)", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,97 @@
+"""Device memory per rank and the one rule for "does the plan fit".
+
+    static   weights + gradients + optimizer state of the model stages a pipeline rank holds
+    buffers  communication buffers (pipeline, tensor-parallel, ZeRO-3 gathers, MoE dispatch)
+    total    static + buffers + activations (the simulated peak, or a bound of it)
+    fits     every rank's total <= the memory of the device it runs on
+
+`simulate` reports fits_in_memory with the simulated activation peak, `simtrain check` with the
+static part alone (no activations yet), the plan search prunes with the lower bound of one
+microbatch-chunk's activations: all three apply `memory_fit` to totals built by `rank_static`.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from simtrain.spec.scenario import Scenario
+from simtrain.workload.ir import ACT_BYTES
+
+
+def static_memory(sc: Scenario, params: float, expert_params: float = 0.0) -> dict:
+    """Per-rank bytes of weights, gradients and optimizer state (Megatron distributed-optimizer table,
+    Megatron-LM docs/source/api-guide/dist_optimizer.md: bf16 params with fp32 grads = 2 + 4 + 12
+    bytes per parameter, fp16 = 2 + 2 + 16; ZeRO-1 shards the optimizer over dp, ZeRO-2 also the
+    gradients, ZeRO-3 also the weights). Dense weights shard over the dp x cp ranks that hold them,
+    expert weights (`expert_params` of `params`) over the expert-data-parallel group."""
+    p = sc.parallel
+    fp16 = sc.training.precision == "fp16"
+    wb, gb, ob = 2.0, (2.0 if fp16 else 4.0), (16.0 if fp16 else 12.0)
+    dense = params - expert_params
+    dp, edp = p.dp * p.cp, sc.expert_dp
+    z = p.zero_stage
+
+    def part(nbytes, stage):
+        return dense * nbytes / (dp if z >= stage else 1) + expert_params * nbytes / (edp if z >= stage else 1)
+    return {"weights": part(wb, 3), "gradients": part(gb, 2), "optimizer": part(ob, 1)}
+
+
+def comm_buffers(sc: Scenario, layer_params: float) -> float:
+    """Estimate: pipeline send + receive buffers (2 activation messages), one tensor-parallel
+    collective buffer, under ZeRO-3 two gathered layers (current + prefetched), and for MoE the
+    dispatch send and receive buffers."""
+    p, t = sc.parallel, sc.training
+    tokens = t.micro_batch_size * sc.model.seq_length / p.cp
+    msg = ACT_BYTES * tokens * sc.model.hidden_size
+    out = 0.0
+    if p.pp > 1:
+        out += 2 * msg / (p.tp if p.sequence_parallel and p.tp > 1 else 1)
+    if p.tp > 1:
+        out += msg
+    if p.zero_stage == 3 and p.dp > 1:
+        out += 2 * ACT_BYTES * layer_params
+    moe = sc.model.moe
+    if moe is not None and p.ep > 1:
+        # routing buffers: the dispatch's send and receive buffers of T·k tokens (uniform routing)
+        local = tokens / (p.tp if p.sequence_parallel and p.tp > 1 else 1)
+        out += 2 * ACT_BYTES * local * moe.top_k * sc.model.hidden_size
+    return out
+
+
+def largest_layer_params(work: Sequence) -> float:
+    """Parameters of the largest layer of any model stage (dense + expert): what a ZeRO-3 gather holds."""
+    return max((d + e for w in work for d, e in zip(w.layer_dense, w.layer_expert)), default=0.0)
+
+
+@dataclass(frozen=True)
+class StaticMemory:
+    """Bytes of one pipeline rank before activations."""
+    weights: float
+    gradients: float
+    optimizer: float
+    buffers: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.buffers
+
+
+def rank_static(sc: Scenario, work: Sequence, held: Sequence[int]) -> StaticMemory:
+    """Static memory of the pipeline rank holding model stages `held` of `work` (build_workload)."""
+    st = static_memory(sc, sum(work[k].params for k in held), sum(work[k].expert_params for k in held))
+    return StaticMemory(st["weights"], st["gradients"], st["optimizer"], comm_buffers(sc, largest_layer_params(work)))
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    fits: bool
+    shortfall_bytes: float          # the largest excess of a rank over its device's memory; 0 when it fits
+
+
+def memory_fit(totals: Iterable[tuple[float, float]]) -> MemoryFit:
+    """(bytes a rank needs, bytes its device has) for every rank -> whether all fit and by how much
+    the worst misses. Example: (70, 80) and (90, 80) GiB -> does not fit, 10 GiB short; (80, 80) fits."""
+    short = 0.0
+    for need, capacity in totals:
+        short = max(short, need - capacity)
+    return MemoryFit(short <= 0.0, short)
