@@ -6,6 +6,7 @@ from setuptools import find_packages, setup
 
 setup(
     packages=find_packages(include=["simtrain", "simtrain.*"]) + ["simtrain._topologies", "simtrain._validation"],
+    include_package_data=False,             # the package data is exactly package_data below
     package_dir={"simtrain._topologies": "topologies", "simtrain._validation": "validation/data"},
     package_data={
         "simtrain": ["data/*.yaml", "data/**/*.yaml"],
