@@ -2,12 +2,10 @@
 NCCL's latency table (simtrain.network.collectives.LATENCY_US, from NCCL src/graph/tuning.cc):
 ring (base, per NVLink step, per network step) LL (6.6, 0.6, 2.7) LL128 (14, 1.9, 4) Simple (8.4, 3.4, 14) us;
 tree LL (6.8, 0.6, 5) LL128 (14, 1.25, 8.5) Simple (8.4, 4, 14) us."""
-import importlib.util
 import math
-import sys
 
 import pytest
-from conftest import ROOT, SHARED
+from conftest import ROOT
 
 from simtrain.hardware.topology import load_topology
 from simtrain.network.collectives import choose, collective_time, cost, measured_cost, nvls_chunk, p2p_time
@@ -283,27 +281,17 @@ def test_vtrain_fabric_reproduces_its_two_node_measurement():
         assert FlowNetwork(topo).select("all_reduce", n, [group], "tree", "Simple")[0].seconds == pytest.approx(closed, rel=1e-12)
 
 
-BUSBW = SHARED / "calibration" / "nccl_busbw.yaml"
-# Sweeps whose every size from 1 MiB up the analytical model predicts within 15 % (issue 4's
+# Sweeps whose every size from 1 MiB up the analytical model predicts within 15 % (the busbw
 # criterion), and for the others the sizes within 15 % today, a floor that catches regressions;
-# `python benchmarks/busbw.py` prints every size of every sweep. Of the one-node NVLS sweeps the
+# `simtrain validate busbw` prints every size of every sweep. Of the one-node NVLS sweeps the
 # H100 one fits the fabrics' nvls_chunk_cost, the H200 one is out of sample.
 MEETS_CRITERION = ("nccl_vp_h100_1node_allreduce", "nccl_azure_ndh200v5_allreduce")
 WITHIN_TODAY = {"nccl_vp_h100_4node_allreduce": 10, "nccl_vp_h100_4node_allgather": 10,
                 "nccl_gcp_h100_2node_allreduce": 4, "nccl_azure_nda100v4_allreduce": 9}
 
 
-def _busbw_benchmark():
-    spec = importlib.util.spec_from_file_location("busbw", ROOT / "benchmarks" / "busbw.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("busbw", mod)            # its dataclass looks its module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.mark.skipif(not BUSBW.is_file(), reason="shared/data/calibration/nccl_busbw.yaml not available")
 def test_busbw_sweeps_within_15_percent():
-    bb = _busbw_benchmark()
+    from simtrain.studies import validate as bb
     by_id = {e["id"]: (e, t) for e, t in bb.sweeps()}
     assert set(MEETS_CRITERION) | set(WITHIN_TODAY) <= set(by_id)
     for sid in MEETS_CRITERION:

@@ -20,7 +20,8 @@ def agrees_with_print(r) -> bool:
 
 def test_text_log_with_root_and_wrong_columns():
     """nccl-tests 2.17 prints `size count type redop root time algbw busbw #wrong ...`. Rows are
-    the VP H100 log in shared/data: 1 GiB in 4010.54 us -> algbw 267.73, busbw x 14/8 = 468.53."""
+    the Voltage Park H100 log of validation/data/nccl-tests (sweep nccl_vp_h100_1node_allreduce):
+    1 GiB in 4010.54 us -> algbw 267.73, busbw x 14/8 = 468.53."""
     (sw,) = read(DATA / "all_reduce_2.17.txt")
     assert (sw.collective, sw.ranks, sw.nodes, sw.dtype) == ("all_reduce", 8, 1, "float")
     assert sw.provenance["nccl_tests"] == "2.17.9" and sw.provenance["nccl"] == "22403"
@@ -63,3 +64,14 @@ def test_a_truncated_row_is_named_with_its_line(tmp_path):
     with pytest.raises(ConfigError) as e:
         read(f)
     assert "line 23" in str(e.value) and str(f) in str(e.value)
+
+
+def test_the_log_agrees_with_the_validation_sweep_it_was_taken_from():
+    """The importer's busbw of the H100 log equals the busbw recorded for the same sizes in the
+    validation data (within the log's 2-decimal print)."""
+    from simtrain.studies.validate import sweeps
+    (sw,) = read(DATA / "all_reduce_2.17.txt")
+    (e,) = [e for e, _ in sweeps() if e["id"] == "nccl_vp_h100_1node_allreduce"]
+    recorded = {r["bytes"]: r["busbw_GBps"] for r in e["data"]}
+    for r in sw.rows:
+        assert r.busbw / 1e9 == pytest.approx(recorded[r.bytes], abs=0.01 + r.busbw / 1e9 * 0.005 / (r.time_s * 1e6))

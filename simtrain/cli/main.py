@@ -1,4 +1,4 @@
-"""Command line: `simtrain run | compare | check | schedule | reliability | sweep | search | list`.
+"""Command line: `simtrain run | compare | check | schedule | reliability | sweep | search | list | validate`.
 
 Errors from any pipeline stage are printed as `<file>: <key.path>: <problem>; <fix>` lines without
 a traceback, and the process exits with code 2. Output files are written atomically (temporary
@@ -118,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list shipped devices, profiles, topologies, schedules, collectives, models")
     lst.add_argument("what", choices=("devices", "profiles", "topologies", "schedules", "collectives", "models"))
     lst.set_defaults(fn=cmd_list)
+    from simtrain.cli import validate
+    validate.register(sub)
     return ap
 
 

@@ -1,0 +1,27 @@
+"""`simtrain validate vtrain | busbw`: the subcommand's arguments (the work: simtrain.studies.validate)."""
+from __future__ import annotations
+
+
+def _main(args) -> int:
+    from simtrain.studies.validate import main
+    return main(args)
+
+
+def register(sub) -> None:
+    """Adds `validate` to the subparsers `sub` of the simtrain command line."""
+    v = sub.add_parser("validate", help="the simulator against the measurements kept in the project (vTrain iteration times, nccl-tests busbw)")
+    what = v.add_subparsers(dest="what", required=True, metavar="vtrain|busbw")
+    vt = what.add_parser("vtrain", help="MAPE on vTrain's measured Megatron-DeepSpeed iteration times (A100)")
+    vt.add_argument("--set", choices=("multi", "single", "both"), default="multi",
+                    help="multi: 109 runs on 64-512 GPUs (default); single: 1,440 runs on one node")
+    vt.add_argument("--table", action="store_true", help="also print every run: measured, predicted, error")
+    vt.add_argument("--profile", default="a100-megatron-deepspeed", metavar="NAME|FILE",
+                    help="device profile (a shipped name or a file; none: the bare preset)")
+    vt.add_argument("--limit", type=int, metavar="N", help="only the first N runs of each set")
+    vt.add_argument("--csv", metavar="FILE", help="also write every run to a CSV file")
+    vt.set_defaults(fn=_main)
+    bb = what.add_parser("busbw", help="predicted against measured nccl-tests bus bandwidth, per size and sweep")
+    bb.add_argument("--fit", nargs=2, metavar=("KEY[,KEY]", "SWEEP"),
+                    help="the values of one or two topology `collectives` keys (network_step_latency, nvls_chunk_cost) "
+                         "that fit one sweep best, and the errors they give on the others")
+    bb.set_defaults(fn=_main)

@@ -1,0 +1,369 @@
+"""`simtrain validate`: the simulator against published measurements kept in the project
+(resources.VALIDATION; sources and licences in the README beside each data set).
+
+vtrain  Megatron-DeepSpeed iteration times on A100 clusters from the vTrain artifact (MICRO'24,
+        MIT licence): 109 runs on 64-512 GPUs and 1,440 runs on one node. Every run is simulated
+        with the settings the artifact states (GPT, vocabulary 50,257, fp16, full activation
+        recompute, 1F1B, gradient all-reduce after the backward pass, 8 A100 per node, 800 Gb/s
+        per node) on the shipped A100 profile; the report is MAPE, median and worst case, and with
+        --table every run. Nothing is fitted to the multi-node runs: the device and fabric
+        numbers come from operator and collective microbenchmarks, the profile's per-operator
+        overhead from the single-node runs.
+
+busbw   nccl-tests bus bandwidth of all-reduce and all-gather sweeps, each laid out one node after
+        the other on the shipped topology of its system; predicted busbw = size / time x
+        (2(n-1)/n all-reduce, (n-1)/n all-gather), nccl-tests' formula (doc/PERFORMANCE.md). The
+        criterion is |error| <= 15 % at every size from 1 MiB up. Where a topology number was
+        fitted on a sweep, the topology file says which; `--fit` reproduces such a fit and prints
+        the out-of-sample errors on the other sweeps.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import itertools
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import yaml
+
+from simtrain import resources
+
+VTRAIN = resources.VALIDATION / "vtrain"
+NCCL_TESTS = resources.VALIDATION / "nccl-tests" / "nccl_busbw.yaml"
+VTRAIN_PROFILE = "a100-megatron-deepspeed"
+VTRAIN_TOPOLOGY = resources.TOPOLOGIES / "vtrain-a100.yaml"
+VTRAIN_RUNS = {"multi": 109, "single": 1440}
+
+
+# --- vTrain iteration times --------------------------------------------------------------------
+
+class Run(NamedTuple):
+    name: str
+    gpus: int
+    measured_s: float
+    predicted_s: float
+    error: float            # |predicted - measured| / measured
+    wall_s: float           # simulator wall time
+
+
+def vtrain_rows(name: str):
+    """The rows of ground_truth_<name>.csv (name: multi or single), keys stripped."""
+    with open(VTRAIN / f"ground_truth_{name}.csv", encoding="utf-8-sig") as f:
+        for r in csv.DictReader(f):
+            yield {k.strip(): v for k, v in r.items()}
+
+
+def vtrain_scenario(r: dict) -> tuple[dict, float, int]:
+    """(scenario document, measured step time in s, GPUs) of one vTrain run."""
+    gpus = int(r["# GPUs"])
+    doc = {
+        "name": f"vtrain-{gpus}g-h{r['hidden size']}-l{r['# layers']}-t{r['tensor parallelism']}"
+                f"d{r['data parallelism']}p{r['pipeline parallelism']}-mb{r['micro batch']}",
+        "model": {"architecture": "gpt", "num_layers": int(r["# layers"]), "hidden_size": int(r["hidden size"]),
+                  "num_attention_heads": int(r["attention heads"]), "vocab_size": 50257,
+                  "seq_length": int(r["sequence length"]), "tie_embeddings": True},
+        "training": {"micro_batch_size": int(r["micro batch"]), "global_batch_size": int(r["global batch"]),
+                     "precision": "fp16", "recompute": "full", "flash_attention": False},
+        "parallel": {"tp": int(r["tensor parallelism"]), "dp": int(r["data parallelism"]),
+                     "pp": int(r["pipeline parallelism"]), "schedule": "1f1b", "overlap_grad_reduce": False,
+                     "zero_stage": 0},
+        "cluster": {"device": "a100-sxm4-80gb", "topology": str(VTRAIN_TOPOLOGY), "nodes": max(1, gpus // 8)},
+    }
+    return doc, float(r["iteration time (ms)"]) / 1e3, gpus
+
+
+_partials: dict = {}
+_partial_dir: tempfile.TemporaryDirectory | None = None
+
+
+def _partial_node(gpus: int) -> str:
+    """A one-node fabric of `gpus` A100s (the single-node set uses 2-8 GPUs of a DGX A100)."""
+    global _partial_dir
+    if gpus not in _partials:
+        if _partial_dir is None:
+            _partial_dir = tempfile.TemporaryDirectory(prefix="simtrain-vtrain-")
+        text = VTRAIN_TOPOLOGY.read_text().replace("devices_per_node: 8", f"devices_per_node: {gpus}")
+        text = text.replace("nics_per_node: 4", f"nics_per_node: {min(gpus, 4)}")
+        f = Path(_partial_dir.name) / f"vtrain-a100-{gpus}.yaml"
+        f.write_text(text)
+        _partials[gpus] = str(f)
+    return _partials[gpus]
+
+
+def evaluate_vtrain(name: str, limit: int | None = None, profile: str | None = VTRAIN_PROFILE) -> list[Run]:
+    """Simulates the runs of one set (multi or single; the first `limit` of them) with `profile`
+    (a shipped profile name or a file; None: the bare device preset)."""
+    from simtrain.errors import Collector, SimtrainError
+    from simtrain.simulate import simulate
+    from simtrain.spec.loading import build_scenario
+    out = []
+    for i, r in enumerate(vtrain_rows(name)):
+        if limit and i >= limit:
+            break
+        raw, measured, gpus = vtrain_scenario(r)
+        if profile:
+            raw["cluster"]["device_profile"] = profile
+        if gpus < 8:
+            raw["cluster"]["nodes"] = 1
+            raw["cluster"]["topology"] = _partial_node(gpus)
+        try:
+            sc, topo = build_scenario(raw, Path.cwd() / f"{raw['name']}.yaml", Collector(raw["name"]))
+            t0 = time.perf_counter()
+            pred = simulate(sc, topo).result.step_time_s
+            wall = time.perf_counter() - t0
+        except SimtrainError as e:
+            print(f"skip {raw['name']}: {e}", file=sys.stderr)
+            continue
+        out.append(Run(raw["name"], gpus, measured, pred, abs(pred - measured) / measured, wall))
+    return out
+
+
+def mape(runs: list[Run]) -> float:
+    return sum(r.error for r in runs) / len(runs)
+
+
+def vtrain_summary(name: str, runs: list[Run]) -> str:
+    errs = sorted(r.error for r in runs)
+    worst = max(runs, key=lambda r: r.error)
+    return (f"{name}: {len(runs)} runs, MAPE {100 * mape(runs):.2f} %, median APE {100 * errs[len(errs) // 2]:.2f} %, "
+            f"worst {100 * worst.error:.1f} % ({worst.name}: measured {worst.measured_s:.3f} s, predicted "
+            f"{worst.predicted_s:.3f} s); simulator wall {sum(r.wall_s for r in runs):.1f} s")
+
+
+def vtrain_report(sets: str = "multi", table: bool = False, profile: str | None = VTRAIN_PROFILE,
+                  limit: int | None = None, csv_out: str | None = None, out=None) -> dict:
+    """Prints the report of `sets` (multi, single or both) on `out`; returns {set: runs}."""
+    out = out or sys.stdout
+    results = {}
+    for s in (("multi", "single") if sets == "both" else (sets,)):
+        runs = evaluate_vtrain(s, limit, profile)
+        results[s] = runs
+        if table:
+            print(f"{'run':48s} {'measured':>10} {'predicted':>10} {'error':>8}", file=out)
+            for r in runs:
+                print(f"{r.name:48s} {r.measured_s:9.3f}s {r.predicted_s:9.3f}s "
+                      f"{100 * (r.predicted_s - r.measured_s) / r.measured_s:+7.1f}%", file=out)
+        print(vtrain_summary(s, runs), file=out, flush=True)
+    if csv_out:
+        from simtrain.results.io import write_atomic
+        lines = ["set,run,gpus,measured_s,predicted_s,abs_pct_error,sim_wall_s"]
+        lines += [f"{s},{r.name},{r.gpus},{r.measured_s:.4f},{r.predicted_s:.4f},{100 * r.error:.2f},{r.wall_s:.3f}"
+                  for s, runs in results.items() for r in runs]
+        write_atomic(Path(csv_out), ("\n".join(lines) + "\n").encode())
+    return results
+
+
+# --- nccl-tests bus bandwidth ------------------------------------------------------------------
+
+TOPOLOGY_OF = {"A100": "dgx-a100", "H100": "dgx-h100", "H200": "hgx-h200"}
+# sweeps whose system is not the GPU's default fabric: the GCP A3 Mega (8 x 200 Gb/s
+# GPUDirect-TCPXO NICs per VM, the sweep's `hardware.inter_node`)
+TOPOLOGY_OF_SWEEP = {"nccl_gcp_h100_2node_allreduce": "gcp-a3-mega"}
+FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n}
+MIN_SIZE = 2 ** 20
+TOLERANCE = 0.15
+# the keys --fit may fit, with their grid in microseconds (start, stop, step)
+FIT_GRID = {"network_step_latency": (0.0, 60.0, 1.0), "nvls_chunk_cost": (0.0, 12.0, 0.1)}
+# Sweeps measured on the same kind of fabric: a profile calibrated on one predicts the other
+# (H100 and H200 share NVLink4 / NVSwitch gen 3). A100 and the multi-node clusters have no second
+# sweep of the same collective on the same fabric, so they cannot be predicted out of sample.
+SAME_FABRIC = {"nccl_vp_h100_1node_allreduce": "nccl_azure_ndh200v5_allreduce",
+               "nccl_azure_ndh200v5_allreduce": "nccl_vp_h100_1node_allreduce"}
+
+
+def sweeps():
+    """(sweep entry, topology name) of every usable sweep: all-reduce / all-gather, with a topology."""
+    for e in yaml.safe_load(NCCL_TESTS.read_text()):
+        if e.get("kind") != "sweep" or e.get("collective") not in FACTOR:
+            continue
+        gpu = (e.get("hardware") or {}).get("gpu", "")
+        topo = TOPOLOGY_OF_SWEEP.get(e["id"]) or next((t for k, t in TOPOLOGY_OF.items() if k in gpu), None)
+        if topo:
+            yield e, topo
+
+
+_topologies: dict = {}
+
+
+def layout(e: dict, tname: str, collectives: dict | None = None):
+    """(topology, device group, group shape) of a sweep, with `collectives` keys overridden."""
+    from simtrain.hardware.topology import load_topology
+    from simtrain.plan.grid import group_shape
+    n, nodes = e["n_gpus"], e["n_nodes"]
+    key = (tname, nodes)
+    if key not in _topologies:
+        _topologies[key] = load_topology(resources.TOPOLOGIES / f"{tname}.yaml", nodes)
+    topo = _topologies[key]
+    if collectives:
+        c = dict(topo.collectives)
+        c.update(collectives)
+        topo = dataclasses.replace(topo, collectives=tuple(sorted(c.items())))
+    group = [node * topo.devices_per_node + j for node in range(nodes) for j in range(n // nodes)]
+    return topo, group, group_shape(group, topo)
+
+
+def busbw(e: dict, size: float, seconds: float) -> float:
+    return size / seconds * FACTOR[e["collective"]](e["n_gpus"]) / 1e9
+
+
+@dataclasses.dataclass
+class Row:
+    size: int
+    measured: float
+    analytical: float
+    flow: float | None
+    choice: str
+
+    @property
+    def err_a(self) -> float:
+        return self.analytical / self.measured - 1
+
+    @property
+    def err_f(self) -> float | None:
+        return None if self.flow is None else self.flow / self.measured - 1
+
+
+def predict(e: dict, tname: str, flow: bool = True, collectives: dict | None = None) -> list[Row]:
+    """Rows of predicted against measured busbw from 1 MiB up (flow: also the flow backend)."""
+    from simtrain.network.collectives import choose
+    from simtrain.network.flows import FlowNetwork
+    topo, group, shape = layout(e, tname, collectives)
+    net = FlowNetwork(topo) if flow else None
+    rows = []
+    for r in e["data"]:
+        size = r["bytes"]
+        if size < MIN_SIZE:
+            continue
+        pick = choose(e["collective"], size, shape, topo)
+        bw_f = busbw(e, size, net.select(e["collective"], size, [group])[0].seconds) if flow else None
+        rows.append(Row(size, r["busbw_GBps"], busbw(e, size, pick.seconds), bw_f, f"{pick.algorithm}/{pick.protocol}"))
+    return rows
+
+
+def summary(errs: list) -> tuple:
+    """(sizes within the tolerance, sizes, mean |error|)."""
+    return sum(1 for x in errs if abs(x) <= TOLERANCE), len(errs), sum(abs(x) for x in errs) / len(errs)
+
+
+def fit(keys: list, sweep_id: str, out=None) -> int:
+    """Grid search of one or two `collectives` keys on one sweep (every other fabric number as
+    shipped): the values with the smallest mean |busbw error| from 1 MiB up. In-sample on that
+    sweep; every other sweep, on its own topology with the same values, is printed as an
+    out-of-sample check beside its error as shipped."""
+    out = out or sys.stdout
+    bad = [k for k in keys if k not in FIT_GRID]
+    if bad or not 1 <= len(keys) <= 2:
+        print(f"--fit: one or two keys (comma-separated) among {', '.join(FIT_GRID)}", file=sys.stderr)
+        return 2
+    by_id = {e["id"]: (e, t) for e, t in sweeps()}
+    if sweep_id not in by_id:
+        print(f"--fit: unknown sweep {sweep_id!r}; one of {', '.join(by_id)}", file=sys.stderr)
+        return 2
+    e, tname = by_id[sweep_id]
+    grids = []
+    for k in keys:
+        lo, hi, step = FIT_GRID[k]
+        grids.append([lo + i * step for i in range(int(round((hi - lo) / step)) + 1)])
+    best = None
+    for values in itertools.product(*grids):
+        over = {k: v * 1e-6 for k, v in zip(keys, values)}
+        _, _, m = summary([r.err_a for r in predict(e, tname, False, over)])
+        if best is None or m < best[1] - 1e-12:
+            best = (values, m)
+    over = {k: v * 1e-6 for k, v in zip(keys, best[0])}
+    what = ", ".join(f"{k} {v:g} us" for k, v in zip(keys, best[0]))
+    w0, k0, m0 = summary([r.err_a for r in predict(e, tname, False)])
+    w1, k1, _ = summary([r.err_a for r in predict(e, tname, False, over)])
+    print(f"{sweep_id} on {tname} (in sample): {what} gives {w1} of {k1} within 15 %, mean |error| "
+          f"{100 * best[1]:.1f} % (as shipped: {w0} of {k0}, {100 * m0:.1f} %)", file=out)
+    for other, (o, t) in by_id.items():
+        if other == sweep_id:
+            continue
+        w0, k0, m0 = summary([r.err_a for r in predict(o, t, False)])
+        w1, k1, m1 = summary([r.err_a for r in predict(o, t, False, over)])
+        print(f"  {other} on {t} with these values in place of its own (out of sample): {w1} of {k1} "
+              f"within 15 %, mean |error| {100 * m1:.1f} % (as shipped: {w0} of {k0}, {100 * m0:.1f} %)", file=out)
+    return 0
+
+
+def busbw_report(out=None) -> list:
+    """Prints every size of every sweep (both backends), a summary per sweep and the calibrated
+    out-of-sample check; returns [(sweep id, topology, analytical summary, flow summary)]."""
+    out = out or sys.stdout
+    table = []
+    for e, tname in sweeps():
+        n, nodes, coll = e["n_gpus"], e["n_nodes"], e["collective"]
+        rows = predict(e, tname)
+        print(f"\n{e['id']} ({coll}, {n} GPUs on {nodes} node(s), topology {tname}; confidence {e.get('confidence', '?')})", file=out)
+        print(f"  {'size':>10} {'measured':>9} {'analytical':>10} {'err':>7} {'flow':>8} {'err':>7}   GB/s busbw; tuner's choice", file=out)
+        mark = lambda x: " " if abs(x) <= TOLERANCE else "*"
+        for r in rows:
+            print(f"  {r.size / 2**20:8.0f}Mi {r.measured:9.1f} {r.analytical:10.1f} {100 * r.err_a:+6.1f}%{mark(r.err_a)}"
+                  f"{r.flow:8.1f} {100 * r.err_f:+6.1f}%{mark(r.err_f)}  {r.choice}", file=out)
+        sa, sf = summary([r.err_a for r in rows]), summary([r.err_f for r in rows])
+        print(f"  analytical: {sa[0]} of {sa[1]} sizes within 15 %, mean |error| {100 * sa[2]:.1f} %;  "
+              f"flow: {sf[0]} of {sf[1]}, {100 * sf[2]:.1f} %   (* outside 15 %)", file=out)
+        table.append((e["id"], tname, sa, sf))
+    print("\nsummary, sizes from 1 MiB up within 15 % of the measured busbw:", file=out)
+    print(f"  {'sweep':34s} {'topology':12s} {'analytical':>12s} {'mean':>7s} {'flow':>12s} {'mean':>7s}", file=out)
+    for i, t, sa, sf in table:
+        print(f"  {i:34s} {t:12s} {sa[0]:>5d} of {sa[1]:<3d} {100 * sa[2]:6.1f}% {sf[0]:>5d} of {sf[1]:<3d} {100 * sf[2]:6.1f}%", file=out)
+    calibrated(out)
+    return table
+
+
+def table_of(e: dict) -> dict:
+    """A profile's collective table built from one sweep, as simtrain calibrate builds it."""
+    from simtrain.calibration.fit import fit_alpha_beta
+    n = e["n_gpus"]
+    f = FACTOR[e["collective"]](n)
+    pts = [(r["bytes"], r["busbw_GBps"]) for r in e["data"] if r.get("busbw_GBps")]
+    alpha, peak = fit_alpha_beta([(b * f, b * f / (bw * 1e9)) for b, bw in pts])
+    return {"collective": e["collective"], "ranks": n, "nodes": e["n_nodes"], "alpha_us": alpha * 1e6,
+            "peak_busbw_GBps": peak / 1e9,
+            "points": [{"bytes": b, "busbw_GBps": bw, "time_us": b * f / (bw * 1e9) * 1e6} for b, bw in pts]}
+
+
+def calibrated(out=None) -> None:
+    """Out of sample: each sweep predicted from the profile table of the other sweep on the same fabric."""
+    from simtrain.network.collectives import measured_cost
+    out = out or sys.stdout
+    by_id = {e["id"]: (e, t) for e, t in sweeps()}
+    print("\ncalibrated, out of sample (table measured on the same fabric, another system):", file=out)
+    for target, source in SAME_FABRIC.items():
+        if target not in by_id or source not in by_id:
+            continue
+        e, tname = by_id[target]
+        _, _, shape = layout(e, tname)
+        table = (table_of(by_id[source][0]),)
+        errs, line = [], []
+        for row in e["data"]:
+            if row["bytes"] < MIN_SIZE:
+                continue
+            cost, _ = measured_cost(e["collective"], row["bytes"], shape, table)
+            err = busbw(e, row["bytes"], cost.seconds) / row["busbw_GBps"] - 1
+            errs.append(err)
+            line.append(f"{row['bytes'] / 2**20:.0f}Mi {100 * err:+.1f}%")
+        w, k, m = summary(errs)
+        print(f"  {target} from {source}: mean |error| {100 * m:.1f} %, worst {100 * max(map(abs, errs)):.1f} %, "
+              f"{w} of {k} within 15 %", file=out)
+        print("    " + ", ".join(line), file=out)
+
+
+# --- command line ------------------------------------------------------------------------------
+
+def main(args) -> int:
+    """Entry of `simtrain validate vtrain|busbw` (arguments: simtrain.cli.validate)."""
+    if args.what == "vtrain":
+        profile = None if args.profile == "none" else args.profile
+        vtrain_report(args.set, args.table, profile, args.limit, args.csv)
+        return 0
+    if args.fit:
+        keys, sweep_id = args.fit
+        return fit(keys.split(","), sweep_id)
+    busbw_report()
+    return 0
