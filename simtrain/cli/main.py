@@ -321,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    import simtrain.studies.reliability.config  # noqa: F401  (registers the scenario's reliability: section check)
     args = build_parser().parse_args(argv)
     args.command_line = " ".join(["simtrain"] + list(sys.argv[1:] if argv is None else argv))
     try:
