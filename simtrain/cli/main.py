@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from simtrain import __version__
+from simtrain.cli import schema as schema_cli
 from simtrain.errors import SimtrainError
 from simtrain.units import fmt_bytes, fmt_time
 
@@ -317,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list shipped devices, profiles, topologies, schedules, collectives, models")
     lst.add_argument("what", choices=("devices", "profiles", "topologies", "schedules", "collectives", "models"))
     lst.set_defaults(fn=cmd_list)
+    schema_cli.add_parser(sub)
     return ap
 
 

@@ -50,6 +50,7 @@ class RoutingSpec:
 @dataclass(frozen=True)
 class MoESpec:
     """Mixture-of-experts MLP (Megatron-core MoE; HF Mixtral / Qwen-MoE / DeepSeek-V3 configs)."""
+    _schema_required = False        # inline keys may refine a preset's section
     num_experts: int = spec_field("posint", "routed experts per MoE layer")
     top_k: int = spec_field("posint", "experts each token is routed to (<= num_experts)")
     expert_ffn_hidden_size: int = spec_field("posint", "FFN width of one expert")
@@ -77,6 +78,7 @@ class MoESpec:
 @dataclass(frozen=True)
 class MLASpec:
     """DeepSeek multi-head latent attention (DeepSeek-V2 report §2.1; V3 config.json)."""
+    _schema_required = False        # inline keys may refine a preset's section
     kv_lora_rank: int = spec_field("posint", "rank of the compressed KV latent")
     qk_nope_head_dim: int = spec_field("posint", "query/key head dimension without rotary embedding")
     qk_rope_head_dim: int = spec_field("posint", "query/key head dimension with rotary embedding")
