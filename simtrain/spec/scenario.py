@@ -9,6 +9,7 @@ Schema are all derived from these declarations (`simtrain.spec.fields`).
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Optional
 
@@ -19,7 +20,6 @@ def _registry(module: str, attr: str, pick=None):
     """Allowed values named by a registry of a later stage, read when first needed, so that the
     spec stays plain data that every stage can import."""
     def choices() -> tuple:
-        import importlib
         reg = getattr(importlib.import_module(module), attr)
         reg = reg() if callable(reg) else reg
         return tuple(n for n in reg if pick is None or pick(reg, n))
