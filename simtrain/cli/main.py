@@ -18,6 +18,8 @@ from pathlib import Path
 
 from simtrain import __version__
 from simtrain.calibration import bench, fit
+from simtrain.cli import schema as schema_cli
+from simtrain.cli import validate
 from simtrain.cli.inspect import cmd_check, cmd_list, cmd_schedule
 from simtrain.cli.run import cmd_run
 from simtrain.cli.study import cmd_compare
@@ -118,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list shipped devices, profiles, topologies, schedules, collectives, models")
     lst.add_argument("what", choices=("devices", "profiles", "topologies", "schedules", "collectives", "models"))
     lst.set_defaults(fn=cmd_list)
-    from simtrain.cli import validate
+    schema_cli.add_parser(sub)
     validate.register(sub)
     return ap
 

@@ -7,6 +7,7 @@ and the borrowed origin travels with it, so a result can say which costs rest on
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -15,7 +16,9 @@ from pathlib import Path
 import yaml
 
 from simtrain import resources
-from simtrain.units import parse_bandwidth, parse_bytes, parse_flops
+from simtrain.errors import Collector
+from simtrain.spec.fields import REQUIRED, Key, Section
+from simtrain.units import PARSERS, UnitError, parse_bandwidth, parse_bytes, parse_flops
 
 DATA = resources.DATA
 
@@ -220,6 +223,53 @@ def describe(key: str) -> str:
 
 
 REPO_PROFILES = DATA / "profiles"
+PROFILE_SCHEMA = "simtrain-profile/1"
+
+
+def _points(doc: str, **keys: str) -> Key:
+    """A `points:` list of measurements, each a mapping of numbers > 0."""
+    return Key("any", REQUIRED, doc, many=True, section=Section(
+        {k: Key("float", doc=d, json={"type": "number", "exclusiveMinimum": 0}) for k, d in keys.items()}, open=True))
+
+
+# A device profile (written by simtrain calibrate): the keys load_profile reads
+PROFILE = Section({
+    "schema": Key((PROFILE_SCHEMA,), doc="file format"),
+    "device": Key("str", None, "the profile's device key (absent: the file name)", optional=True),
+    "base": Key("str", doc="the device preset the profile refines", choices=lambda: preset_names()),
+    "status": Key("str", "", "`uncalibrated` for a profile that holds specifications only"),
+    "provenance": Key("any", None, "inputs, command and date of the calibration", json={"type": "object"}),
+    "gemm": Key("any", None, "measured GEMM shapes, per dtype", many=True, section=Section({
+        "dtype": Key("str", doc="precision (the base preset needs its peak)"),
+        "source": Key("str", "", "where the measurements come from"),
+        "points": _points("measured shapes", m="rows", n="columns", k="inner dimension", tflops="achieved TFLOP/s"),
+    }, open=True)),
+    "memory_bound": Key("any", None, "measured memory-bound copies", section=Section({
+        "source": Key("str", "", "where the measurements come from"),
+        "points": _points("measured sizes", bytes="bytes moved", bandwidth_GBps="achieved GB/s"),
+    }, open=True)),
+    "flash_attention": Key("any", None, "measured causal FlashAttention", section=Section({
+        "source": Key("str", "", "where the measurements come from"),
+        "points": _points("measured sequence lengths", seq="sequence length", tflops="achieved TFLOP/s"),
+    }, open=True)),
+    "collectives": Key("any", None, "measured collective sweeps (nccl-tests)", many=True, section=Section({
+        "collective": Key("str", doc="all_reduce, all_gather, ..."),
+        "ranks": Key("posint", doc="ranks of the sweep"),
+        "nodes": Key("posint", doc="nodes of the sweep"),
+        "source": Key("str", "", "where the measurements come from"),
+        "points": _points("measured sizes", bytes="message bytes", time_us="time in us"),
+    }, open=True)),
+    "op_overhead": Key("any", None, "host issue time per compute operator", section=Section({
+        "per_operator": Key("time", doc="e.g. \"45 us\""),
+        "source": Key("str", doc="where it was measured"),
+    })),
+}, doc="a device profile written by simtrain calibrate", open=True)
+
+
+def _point_keys(section: str) -> tuple:
+    return tuple(PROFILE[section].entries()["points"].entries())
+
+
 ESIZE = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
 
 
@@ -238,16 +288,13 @@ def find_profile(ref: str, scenario_dir: Path | None) -> Path | None:
 def load_profile(path: str) -> Device:
     """A device from a profile written by `simtrain calibrate` (schema simtrain-profile/1): the
     base preset, with every measured curve of the profile in place of the preset's."""
-    import dataclasses
-
-    from simtrain.errors import Collector
     errs = Collector(path)
     try:
         doc = yaml.safe_load(Path(path).read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         errs.add("", f"not a YAML profile ({e})", "give a file written by simtrain calibrate")
         errs.raise_if_any()
-    if not isinstance(doc, dict) or doc.get("schema") != "simtrain-profile/1":
+    if not isinstance(doc, dict) or doc.get("schema") != PROFILE_SCHEMA:
         errs.add("schema", "not a simtrain device profile (schema simtrain-profile/1)", "give a file written by simtrain calibrate")
         errs.raise_if_any()
     if doc.get("base") not in preset_names():
@@ -285,7 +332,6 @@ def load_profile(path: str) -> Device:
     ov = doc.get("op_overhead") or {}
     overhead = 0.0
     if ov:
-        from simtrain.units import PARSERS, UnitError
         try:
             overhead = PARSERS["time"](ov.get("per_operator"))
         except (UnitError, TypeError) as e:
@@ -322,7 +368,7 @@ def _check_profile(doc: dict, errs) -> None:
                 if not _positive(pt.get(k)):
                     errs.add(f"{path}.points[{j}].{k}", f"expected a number > 0, got {pt.get(k)!r}", fix)
 
-    for name, keys in (("gemm", ("m", "n", "k", "tflops")),):
+    for name, keys in (("gemm", _point_keys("gemm")),):
         sects = doc.get(name) or []
         if not isinstance(sects, list):
             errs.add(name, "expected a list", fix)
@@ -332,7 +378,7 @@ def _check_profile(doc: dict, errs) -> None:
                 errs.add(f"{name}[{i}]", "expected a mapping with dtype and points", fix)
                 continue
             points(f"{name}[{i}]", g, keys)
-    for name, keys in (("memory_bound", ("bytes", "bandwidth_GBps")), ("flash_attention", ("seq", "tflops"))):
+    for name, keys in (("memory_bound", _point_keys("memory_bound")), ("flash_attention", _point_keys("flash_attention"))):
         if doc.get(name) is not None:
             points(name, doc[name], keys)
     colls = doc.get("collectives") or []
@@ -346,7 +392,7 @@ def _check_profile(doc: dict, errs) -> None:
         for k in ("ranks", "nodes"):
             if not isinstance(c.get(k), int) or c.get(k) < 1:
                 errs.add(f"collectives[{i}].{k}", f"expected a whole number >= 1, got {c.get(k)!r}", fix)
-        points(f"collectives[{i}]", c, ("bytes", "time_us"))
+        points(f"collectives[{i}]", c, _point_keys("collectives"))
     ov = doc.get("op_overhead")
     if ov is not None and not isinstance(ov, dict):
         errs.add("op_overhead", "expected a mapping with per_operator and source", 'write e.g. `op_overhead: {per_operator: "45 us", source: "..."}`')

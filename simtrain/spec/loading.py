@@ -7,17 +7,28 @@ precision support) run here too, so nothing reaches the engine that cannot run.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
 from simtrain import resources
 from simtrain.errors import Collector, ConfigError
 from simtrain.hardware import devices
-from simtrain.hardware.topology import Topology, find_topology_file, load_topology, parse_value, validate_map
+from simtrain.hardware.topology import Topology, find_topology_file, load_topology
+from simtrain.plan.grid import POLICIES
+from simtrain.plan.heterogeneity import Jitter, Straggler
+from simtrain.schedules import SCHEDULES
+from simtrain.schedules.csvio import read_csv
+from simtrain.spec.fields import parse_value, section_of, validate_map
 from simtrain.spec.scenario import (
+    COST,
+    JITTER,
+    MIXED,
+    STRAGGLER,
     ClusterSpec,
     EncoderSpec,
     MLASpec,
@@ -32,123 +43,32 @@ from simtrain.spec.scenario import (
 
 DATA = resources.DATA
 
-MODEL_KEYS = {
-    "architecture": (("gpt", "llama"), True, None),
-    "num_layers": ("posint", True, None),
-    "hidden_size": ("posint", True, None),
-    "num_attention_heads": ("posint", True, None),
-    "num_key_value_heads": ("posint", False, None),
-    "ffn_hidden_size": ("posint", False, None),
-    "vocab_size": ("posint", True, None),
-    "seq_length": ("posint", True, None),
-    "tie_embeddings": ("bool", False, False),
-    "make_vocab_size_divisible_by": ("posint", False, 128),
-    "moe": ("any", False, None),
-    "mla": ("any", False, None),
-    "encoder": ("any", False, None),
-}
+# The key tables the loader checks, derived from the field declarations of simtrain.spec.scenario
+SCENARIO = section_of(Scenario)
+MODEL = section_of(ModelSpec)
+MOE = section_of(MoESpec)
+ROUTING = section_of(RoutingSpec)
+MLA = section_of(MLASpec)
+ENCODER = section_of(EncoderSpec)
+TRAINING = section_of(TrainingSpec)
+PARALLEL = section_of(ParallelSpec)
+CLUSTER = section_of(ClusterSpec)
+NETWORK = section_of(NetworkSpec)
+TOP = tuple(SCENARIO)
+REQUIRED_SECTIONS = tuple(k for k, key in SCENARIO.items() if key.required)
 
-MOE_KEYS = {
-    "num_experts": ("posint", True, None),
-    "top_k": ("posint", True, None),
-    "expert_ffn_hidden_size": ("posint", True, None),
-    "num_shared_experts": ("int", False, 0),
-    "shared_expert_ffn_hidden_size": ("int?", False, None),
-    "shared_expert_gate": ("bool", False, False),
-    "layer_freq": ("posint", False, 1),
-    "first_dense_layers": ("int", False, 0),
-    "capacity_factor": ("float?", False, None),
-    "dispatcher": (("alltoall", "allgather"), False, "alltoall"),
-    "dispatch_precision": (("bf16", "fp8"), False, "bf16"),
-    "max_nodes_per_token": ("posint?", False, None),
-    "routing": ("any", False, None),
-}
+# Sections owned by later stages (e.g. `reliability:`, simtrain.studies.reliability): the stage
+# registers a check that runs with the scenario's own, so every problem is reported together.
+SECTION_CHECKS: dict = {}
 
-ROUTING_KEYS = {
-    "distribution": (("uniform", "zipf", "explicit"), False, "uniform"),
-    "skew": ("float", False, 1.0),
-    "loads": ("any", False, None),
-    "per_layer": ("bool", False, True),
-}
 
-MLA_KEYS = {
-    "kv_lora_rank": ("posint", True, None),
-    "qk_nope_head_dim": ("posint", True, None),
-    "qk_rope_head_dim": ("posint", True, None),
-    "v_head_dim": ("posint", True, None),
-    "q_lora_rank": ("posint?", False, None),
-}
-
-ENCODER_KEYS = {
-    "num_layers": ("posint", True, None),
-    "hidden_size": ("posint", True, None),
-    "num_attention_heads": ("posint", True, None),
-    "ffn_hidden_size": ("posint", True, None),
-    "tokens_per_sample": ("posint", True, None),
-    "projector": (("mlp", "linear"), False, "mlp"),
-    "pipeline_stages": ("int", False, 0),
-}
-
-TRAINING = {
-    "micro_batch_size": ("posint", True, None),
-    "global_batch_size": ("posint", True, None),
-    "precision": (("fp16", "bf16", "fp8"), False, "bf16"),
-    "recompute": (("none", "selective", "full"), False, "none"),
-    "flash_attention": ("bool", False, True),
-}
-
-PARALLEL = {
-    "tp": ("posint", False, 1),
-    "pp": ("posint", False, 1),
-    "dp": ("posint", False, 1),
-    "cp": ("posint", False, 1),
-    "cp_kind": (("ring", "allgather", "ulysses"), False, "ring"),
-    "ep": ("posint", False, 1),
-    "etp": ("posint", False, 1),
-    "sequence_parallel": ("bool", False, False),
-    "zero_stage": ((0, 1, 2, 3), False, 0),
-    "schedule": ("str", False, "1f1b"),
-    "overlap_grad_reduce": ("bool", False, True),
-    "overlap_param_gather": ("bool", False, False),
-    "pp_scatter_gather": ("bool", False, True),
-    "bucket_size_params": ("posint", False, 40_000_000),
-    "layers_per_stage": ("any", False, None),
-    "first_stage_layers": ("posint?", False, None),
-    "last_stage_layers": ("posint?", False, None),
-    "vpp": ("posint?", False, None),
-    "schedule_csv": ("str?", False, None),
-    "placement": ("str", False, "megatron"),
-    "device_of_rank": ("any", False, None),
-}
-
-CLUSTER = {
-    "device": ("str", True, None),
-    "device_profile": ("str?", False, None),
-    "topology": ("str", True, None),
-    "nodes": ("posint", True, None),
-    "stragglers": ("any", False, None),
-    "jitter": ("any", False, None),
-    "mixed": ("any", False, None),
-    "straggler_model": (("lockstep", "exact"), False, "lockstep"),
-}
-
-STRAGGLER_KEYS = {
-    "devices": ("any", False, None),
-    "fraction": ("float?", False, None),
-    "compute": ("float", False, 1.0),
-    "memory": ("float", False, 1.0),
-    "link": ("float", False, 1.0),
-}
-
-JITTER_KEYS = {
-    "distribution": (("normal", "lognormal"), False, "normal"),
-    "sigma": ("float", True, None),
-}
+def register_section(name: str, check: Callable[[dict, Collector], None]) -> None:
+    """`check(raw_scenario, errs)` runs whenever a scenario has a `name:` section."""
+    SECTION_CHECKS[name] = check
 
 
 def _resolve_heterogeneity(cluster: dict, errs: Collector) -> None:
     """cluster.stragglers / jitter / mixed -> the spec's tuples (see simtrain.stragglers)."""
-    from simtrain.plan.heterogeneity import Jitter, Straggler
     nodes = cluster.get("nodes")
     raw = cluster.pop("stragglers", None)
     out = []
@@ -159,7 +79,7 @@ def _resolve_heterogeneity(cluster: dict, errs: Collector) -> None:
         for i, e in enumerate(raw):
             path = f"cluster.stragglers[{i}]"
             before = len(errs.problems)
-            v = validate_map(e, STRAGGLER_KEYS, path, errs)
+            v = validate_map(e, STRAGGLER, path, errs)
             if len(errs.problems) > before:
                 continue
             devs, frac = v["devices"], v["fraction"]
@@ -182,7 +102,7 @@ def _resolve_heterogeneity(cluster: dict, errs: Collector) -> None:
     cluster["jitter"] = None
     if j is not None:
         before = len(errs.problems)
-        v = validate_map(j, JITTER_KEYS, "cluster.jitter", errs)
+        v = validate_map(j, JITTER, "cluster.jitter", errs)
         if len(errs.problems) == before:
             if v["sigma"] < 0:
                 errs.add("cluster.jitter.sigma", f"must be >= 0, got {v['sigma']}", "write e.g. `0.02` (2 %)")
@@ -196,7 +116,7 @@ def _resolve_heterogeneity(cluster: dict, errs: Collector) -> None:
             m = []
         for i, e in enumerate(m):
             path = f"cluster.mixed[{i}]"
-            v = validate_map(e, {"nodes": ("posint", True, None), "device": ("str", True, None)}, path, errs)
+            v = validate_map(e, MIXED, path, errs)
             if v.get("device") is not None and v["device"] not in devices.preset_names():
                 errs.add(f"{path}.device", f"unknown device {v['device']!r}", f"use one of: {', '.join(devices.preset_names())}")
             elif v.get("nodes"):
@@ -207,25 +127,6 @@ def _resolve_heterogeneity(cluster: dict, errs: Collector) -> None:
         if blocks and cluster.get("device_profile"):
             errs.add("cluster.mixed", "mixed device types cannot be combined with one device_profile", "remove device_profile or mixed")
     cluster["mixed"] = tuple(blocks)
-
-
-def _algorithm_choices(coll: str) -> tuple:
-    from simtrain.network.collectives import ALGORITHMS
-    return ("auto",) + tuple(n for n, a in ALGORITHMS.items() if coll in a.collectives)
-
-
-NETWORK = {
-    "backend": (("analytical", "flow"), False, "analytical"),
-    **{c: (_algorithm_choices(c), False, "auto") for c in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")},
-    "protocol": (("auto", "LL", "LL128", "Simple"), False, "auto"),
-}
-
-TOP = {"name", "seed", "model", "training", "parallel", "cluster", "network", "reliability", "cost"}
-
-# `cost:` (read by simtrain search --objective cost): what one device costs to rent
-COST = {
-    "price_per_device_hour": ("float?", False, None),     # US$ per device-hour
-}
 
 
 @lru_cache(maxsize=None)
@@ -362,12 +263,12 @@ def _resolve_model(raw, base_dir: Path, errs: Collector) -> dict | None:
         merged["num_key_value_heads"] = merged["num_attention_heads"]
     if "ffn_hidden_size" not in merged and merged.get("architecture") == "gpt" and isinstance(merged.get("hidden_size"), int):
         merged["ffn_hidden_size"] = 4 * merged["hidden_size"]
-    v = validate_map(merged, MODEL_KEYS, "model", errs)
+    v = validate_map(merged, MODEL, "model", errs)
     if merged.get("architecture") == "llama" and "ffn_hidden_size" not in merged:
         errs.add("model.ffn_hidden_size", "missing (llama models have no default FFN size)", "add `ffn_hidden_size:`")
     v["name"] = name or "custom"
     v["moe"] = _resolve_moe(v.get("moe"), errs)
-    v["mla"] = _resolve_section(v.get("mla"), MLA_KEYS, "model.mla", errs, MLASpec)
+    v["mla"] = _resolve_section(v.get("mla"), MLA, "model.mla", errs, MLASpec)
     v["encoder"] = _resolve_encoder(v.get("encoder"), errs)
     return v
 
@@ -384,8 +285,8 @@ def _resolve_moe(raw, errs: Collector):
     if raw is None:
         return None
     before = len(errs.problems)
-    v = validate_map(raw, MOE_KEYS, "model.moe", errs)
-    routing = validate_map(v.pop("routing") or {}, ROUTING_KEYS, "model.moe.routing", errs)
+    v = validate_map(raw, MOE, "model.moe", errs)
+    routing = validate_map(v.pop("routing") or {}, ROUTING, "model.moe.routing", errs)
     if len(errs.problems) > before:
         return None
     E, k = v["num_experts"], v["top_k"]
@@ -439,7 +340,7 @@ def _resolve_encoder(raw, errs: Collector):
         name = pre
     name = raw.pop("name", name)
     before = len(errs.problems)
-    v = validate_map(raw, ENCODER_KEYS, "model.encoder", errs)
+    v = validate_map(raw, ENCODER, "model.encoder", errs)
     if len(errs.problems) > before:
         return None
     if v["hidden_size"] % v["num_attention_heads"]:
@@ -475,12 +376,11 @@ def load_scenario(path, overrides=()) -> tuple[Scenario, Topology]:
 
 
 def build_scenario(raw: dict, path: Path, errs: Collector, topology_loader=load_topology) -> tuple[Scenario, Topology]:
-    import difflib
     for k in raw:
         if k not in TOP:
             close = difflib.get_close_matches(str(k), sorted(TOP), n=1)
             errs.add(str(k), "unknown key", f"did you mean `{close[0]}`?" if close else f"allowed: {', '.join(sorted(TOP))}")
-    for k in ("name", "model", "training", "parallel", "cluster"):
+    for k in REQUIRED_SECTIONS:
         if k not in raw:
             errs.add(k, "missing required section", f"add `{k}:`")
     base = path.parent
@@ -525,7 +425,6 @@ def build_scenario(raw: dict, path: Path, errs: Collector, topology_loader=load_
                 errs.problems.extend(e.problems)
             cluster["topology"] = str(tfile)
     if parallel.get("schedule_csv"):
-        from simtrain.schedules.csvio import read_csv
         f = Path(parallel["schedule_csv"])
         f = f if f.is_absolute() else (base / f)
         try:
@@ -544,13 +443,13 @@ def build_scenario(raw: dict, path: Path, errs: Collector, topology_loader=load_
             pr = v.get("price_per_device_hour")
             if isinstance(pr, (int, float)) and pr <= 0:
                 errs.add("cost.price_per_device_hour", f"must be > 0, got {pr}", "give the US$ price of one device-hour, e.g. 2.0")
-    if "reliability" in raw:
-        from simtrain.studies.reliability.config import validate_section  # the job model's section, checked with the rest
-        validate_section(raw, errs)
+    for section, check in SECTION_CHECKS.items():
+        if section in raw:
+            check(raw, errs)
     errs.raise_if_any()
     parallel.pop("_csv_schedule", None)
     if parallel.get("vpp") is None:
-        d = _schedule_defs().get(parallel.get("schedule"))
+        d = SCHEDULES.get(parallel.get("schedule"))
         parallel["vpp"] = (d.default_vpp if d else 0) or 1
 
     lps = parallel.pop("layers_per_stage")
@@ -565,11 +464,6 @@ def build_scenario(raw: dict, path: Path, errs: Collector, topology_loader=load_
         network=NetworkSpec(**network), seed=seed, source_file=str(path),
     )
     return sc, topo
-
-
-def _schedule_defs() -> dict:
-    from simtrain.schedules import SCHEDULES
-    return SCHEDULES
 
 
 class _CsvDef:
@@ -595,7 +489,6 @@ class _CsvDef:
 def _check_stages(p, L, training, errs: Collector, encoder_stages: int = 0) -> None:
     """Layer split over the schedule's model stages, and the schedule's own rules (microbatch
     count, vpp), all before anything is simulated."""
-    from simtrain.schedules import SCHEDULES
     d = SCHEDULES.get(p.get("schedule"))
     pp, vpp = p.get("pp"), p.get("vpp")
     if vpp is None and d is not None:
@@ -712,7 +605,6 @@ def _check_cp_ep(model, training, p, errs: Collector) -> None:
 
 def _check_placement(p, errs: Collector) -> None:
     pol, dor = p.get("placement"), p.get("device_of_rank")
-    from simtrain.plan.grid import POLICIES
     if isinstance(pol, str) and pol not in POLICIES:
         dims = pol.split("-")
         if sorted(dims) != ["cp", "dp", "pp", "tp"]:
@@ -731,7 +623,6 @@ def _check_placement(p, errs: Collector) -> None:
 
 
 def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> None:
-    from simtrain.schedules import SCHEDULES
     p = parallel
     if p.get("schedule") is not None and p["schedule"] not in SCHEDULES and not p.get("schedule_csv"):
         errs.add("parallel.schedule", f"unknown schedule {p['schedule']!r}", f"use one of: {', '.join(SCHEDULES)}")

@@ -2,38 +2,74 @@
 
 Everything here is in SI units and already validated by `simtrain.spec.loading`; later stages never
 re-check user input. Closed families are plain string choices validated at load time.
+
+Each field declares its YAML key once (`spec_field`: kind, default, unit, allowed values, doc);
+the loader's checks, the resolved dump (`Scenario.resolved`), the key reference and the JSON
+Schema are all derived from these declarations (`simtrain.spec.fields`).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import importlib
+from dataclasses import dataclass
 from typing import Optional
+
+from simtrain.spec.fields import Key, Section, dump, section_of, spec_field
+
+
+def _registry(module: str, attr: str, pick=None):
+    """Allowed values named by a registry of a later stage, read when first needed, so that the
+    spec stays plain data that every stage can import."""
+    def choices() -> tuple:
+        reg = getattr(importlib.import_module(module), attr)
+        reg = reg() if callable(reg) else reg
+        return tuple(n for n in reg if pick is None or pick(reg, n))
+    return choices
+
+
+def _algorithms(collective: str):
+    names = _registry("simtrain.network.collectives", "ALGORITHMS", lambda reg, n: collective in reg[n].collectives)
+    return lambda: ("auto",) + names()
+
+
+_SCHEDULES = _registry("simtrain.schedules", "SCHEDULES")
+_DEVICES = _registry("simtrain.hardware.devices", "preset_names")
+_POSINTS = {"type": "array", "items": {"type": "integer", "minimum": 1}}
 
 
 @dataclass(frozen=True)
 class RoutingSpec:
     """How tokens are spread over the experts (fractions of the token-to-expert assignments)."""
-    distribution: str = "uniform"   # uniform | zipf | explicit
-    skew: float = 1.0               # zipf exponent s: expert i (0-based) gets a share ~ 1/(i+1)^s
-    loads: Optional[tuple] = None   # explicit: one share per expert (normalised to sum 1)
-    per_layer: bool = True          # zipf: a fresh seeded permutation of the hot experts in every MoE layer
+    distribution: str = spec_field(("uniform", "zipf", "explicit"), "how tokens pick experts", default="uniform")
+    skew: float = spec_field("float", "zipf exponent s: expert i (0-based) gets a share ~ 1/(i+1)^s (0 is uniform)", default=1.0)
+    loads: Optional[tuple] = spec_field("any", "explicit: one share per expert (normalised to sum 1; none above 1/top_k)",
+                                        default=None, dump="none",
+                                        json={"type": "array", "items": {"type": "number", "minimum": 0}})
+    per_layer: bool = spec_field("bool", "zipf: a fresh seeded permutation of the hot experts in every MoE layer", default=True)
 
 
 @dataclass(frozen=True)
 class MoESpec:
     """Mixture-of-experts MLP (Megatron-core MoE; HF Mixtral / Qwen-MoE / DeepSeek-V3 configs)."""
-    num_experts: int
-    top_k: int
-    expert_ffn_hidden_size: int
-    num_shared_experts: int = 0
-    shared_expert_ffn_hidden_size: int = 0   # total width of the shared experts (0: none)
-    shared_expert_gate: bool = False          # Qwen-MoE: a sigmoid gate (h -> 1) on the shared expert
-    layer_freq: int = 1                       # an MoE MLP every layer_freq-th layer (others dense)
-    first_dense_layers: int = 0               # DeepSeek first_k_dense_replace: the first layers stay dense
-    capacity_factor: Optional[float] = None   # None: dropless; else tokens over capacity are dropped
-    dispatcher: str = "alltoall"              # alltoall | allgather
-    dispatch_precision: str = "bf16"          # bf16 | fp8 (DeepSeek-V3: tokens dispatched in FP8, combined in BF16)
-    max_nodes_per_token: Optional[int] = None # node-limited routing (DeepSeek-V3: 4): a token crosses the network once per node
-    routing: RoutingSpec = field(default_factory=RoutingSpec)
+    _schema_required = False        # inline keys may refine a preset's section
+    num_experts: int = spec_field("posint", "routed experts per MoE layer")
+    top_k: int = spec_field("posint", "experts each token is routed to (<= num_experts)")
+    expert_ffn_hidden_size: int = spec_field("posint", "FFN width of one expert")
+    num_shared_experts: int = spec_field("int", "experts every token passes through (>= 0)", default=0)
+    shared_expert_ffn_hidden_size: int = spec_field(
+        "int", "total FFN width of the shared experts", default=0, yaml_default=None, optional=True,
+        derived="num_shared_experts x expert_ffn_hidden_size")
+    shared_expert_gate: bool = spec_field("bool", "Qwen-MoE: a sigmoid gate (h -> 1) on the shared expert", default=False)
+    layer_freq: int = spec_field("posint", "an MoE MLP every layer_freq-th layer (others dense)", default=1)
+    first_dense_layers: int = spec_field("int", "DeepSeek first_k_dense_replace: the first layers stay dense", default=0)
+    capacity_factor: Optional[float] = spec_field("float", "tokens over capacity are dropped (> 0); null: dropless",
+                                                  default=None, optional=True)
+    dispatcher: str = spec_field(("alltoall", "allgather"), "token dispatcher", default="alltoall")
+    dispatch_precision: str = spec_field(("bf16", "fp8"), "precision of dispatched tokens (DeepSeek-V3: fp8; combined in bf16)",
+                                         default="bf16")
+    max_nodes_per_token: Optional[int] = spec_field(
+        "posint", "node-limited routing (DeepSeek-V3: 4): a token crosses the network once per node", default=None, optional=True)
+    routing: RoutingSpec = spec_field("any", "expert load distribution", default_factory=RoutingSpec, yaml_default=None,
+                                      section=RoutingSpec)
 
     def is_moe_layer(self, i: int) -> bool:
         return i >= self.first_dense_layers and (i - self.first_dense_layers) % self.layer_freq == 0
@@ -42,42 +78,63 @@ class MoESpec:
 @dataclass(frozen=True)
 class MLASpec:
     """DeepSeek multi-head latent attention (DeepSeek-V2 report §2.1; V3 config.json)."""
-    kv_lora_rank: int
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
-    v_head_dim: int
-    q_lora_rank: Optional[int] = None         # None: queries projected directly (V2-Lite)
+    _schema_required = False        # inline keys may refine a preset's section
+    kv_lora_rank: int = spec_field("posint", "rank of the compressed KV latent")
+    qk_nope_head_dim: int = spec_field("posint", "query/key head dimension without rotary embedding")
+    qk_rope_head_dim: int = spec_field("posint", "query/key head dimension with rotary embedding")
+    v_head_dim: int = spec_field("posint", "value head dimension")
+    q_lora_rank: Optional[int] = spec_field("posint", "rank of the compressed query; null: queries projected directly (V2-Lite)",
+                                            default=None, optional=True)
 
 
 @dataclass(frozen=True)
 class EncoderSpec:
     """A vision (or audio) encoder in front of the language model, with a projector into it."""
-    name: str
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    ffn_hidden_size: int
-    tokens_per_sample: int          # encoder tokens of one sample (patches, + class token)
-    projector: str = "mlp"          # mlp (two GEMMs, GeLU: LLaVA-1.5) | linear
-    pipeline_stages: int = 0        # 0: on the first LM stage; k: its own k pipeline stages in front
+    _extra_keys = {"preset": Key("str", None, "an encoder preset (simtrain list encoders); the keys below refine it",
+                                 loader=False, choices=_registry("simtrain.spec.loading", "encoder_presets"))}
+    _schema_required = False        # a preset supplies the required keys
+
+    name: str = spec_field("str", "label in results", loader=False, required=False, derived="the preset's name, else `encoder`")
+    num_layers: int = spec_field("posint", "encoder transformer layers")
+    hidden_size: int = spec_field("posint", "encoder hidden size")
+    num_attention_heads: int = spec_field("posint", "encoder attention heads (divide hidden_size)")
+    ffn_hidden_size: int = spec_field("posint", "encoder FFN width")
+    tokens_per_sample: int = spec_field("posint", "encoder tokens of one sample (patches, + class token)")
+    projector: str = spec_field(("mlp", "linear"), "projector into the language model (mlp: two GEMMs, GeLU: LLaVA-1.5)",
+                                default="mlp")
+    pipeline_stages: int = spec_field("int", "0: on the first LM stage; k: its own k pipeline stages in front", default=0)
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    name: str
-    architecture: str              # gpt | llama
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    ffn_hidden_size: int
-    vocab_size: int
-    seq_length: int
-    tie_embeddings: bool = False
-    make_vocab_size_divisible_by: int = 128
-    moe: Optional[MoESpec] = None
-    mla: Optional[MLASpec] = None
-    encoder: Optional[EncoderSpec] = None
+    """The model: a preset, a Hugging Face config.json or the fields themselves (inline keys override)."""
+    _extra_keys = {
+        "preset": Key("str", None, "a model preset (simtrain list models); the keys below refine it", loader=False,
+                      choices=_registry("simtrain.spec.loading", "model_presets")),
+        "hf_config": Key("str", None, "path of a Hugging Face config.json (beside the scenario or the current directory)",
+                         loader=False),
+    }
+    _schema_required = False        # a preset or config.json supplies the required keys
+
+    name: str = spec_field("str", "label in results", loader=False, required=False,
+                           derived="the preset's name, the config's folder, else `custom`")
+    architecture: str = spec_field(("gpt", "llama"), "gpt: learned positions, GeLU MLP; llama: RoPE, SwiGLU, RMSNorm")
+    num_layers: int = spec_field("posint", "transformer layers")
+    hidden_size: int = spec_field("posint", "hidden size (divisible by num_attention_heads)")
+    num_attention_heads: int = spec_field("posint", "attention heads")
+    num_key_value_heads: int = spec_field("posint", "KV heads (GQA; divides num_attention_heads)", required=False,
+                                          derived="num_attention_heads")
+    ffn_hidden_size: int = spec_field("posint", "MLP width (required for llama)", required=False,
+                                      derived="4 x hidden_size for gpt")
+    vocab_size: int = spec_field("posint", "vocabulary size")
+    seq_length: int = spec_field("posint", "sequence length in tokens")
+    tie_embeddings: bool = spec_field("bool", "input and output embeddings share weights", default=False)
+    make_vocab_size_divisible_by: int = spec_field("posint", "vocabulary padded to a multiple of this (Megatron)", default=128)
+    moe: Optional[MoESpec] = spec_field("any", "mixture-of-experts MLP (refines a preset's section key by key)",
+                                        default=None, dump="none", section=MoESpec)
+    mla: Optional[MLASpec] = spec_field("any", "multi-head latent attention (DeepSeek)", default=None, dump="none", section=MLASpec)
+    encoder: Optional[EncoderSpec] = spec_field("any", "a vision encoder in front of the model", default=None, dump="none",
+                                                section=EncoderSpec)
 
     @property
     def head_dim(self) -> int:
@@ -86,51 +143,93 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class TrainingSpec:
-    micro_batch_size: int
-    global_batch_size: int
-    precision: str = "bf16"        # fp16 | bf16 | fp8
-    recompute: str = "none"        # none | selective | full
-    flash_attention: bool = True
+    """One training step: batch sizes and numerics."""
+    micro_batch_size: int = spec_field("posint", "sequences per microbatch")
+    global_batch_size: int = spec_field("posint", "sequences per step (a multiple of micro_batch_size x dp)")
+    precision: str = spec_field(("fp16", "bf16", "fp8"), "GEMM precision (the device preset needs its peak)", default="bf16")
+    recompute: str = spec_field(("none", "selective", "full"), "activation recomputation", default="none")
+    flash_attention: bool = spec_field("bool", "fused attention (needed for cp > 1)", default=True)
 
 
 @dataclass(frozen=True)
 class ParallelSpec:
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    cp: int = 1
-    cp_kind: str = "ring"           # ring (KV passed around, overlapped) | allgather (KV gathered) | ulysses (all-to-all over heads)
-    ep: int = 1                     # expert parallel: experts split over ep ranks
-    etp: int = 1                    # expert tensor parallel: each expert's FFN split over etp ranks
-    sequence_parallel: bool = False
-    zero_stage: int = 0
-    schedule: str = "1f1b"
-    overlap_grad_reduce: bool = True
-    overlap_param_gather: bool = False
+    """The parallel plan: tp x pp x dp x cp devices, and how the work is split over them."""
+    tp: int = spec_field("posint", "tensor parallel", default=1)
+    pp: int = spec_field("posint", "pipeline parallel", default=1)
+    dp: int = spec_field("posint", "data parallel", default=1)
+    cp: int = spec_field("posint", "context parallel", default=1)
+    cp_kind: str = spec_field(("ring", "allgather", "ulysses"),
+                              "ring: KV passed around, overlapped; allgather: KV gathered; ulysses: all-to-all over heads",
+                              default="ring")
+    ep: int = spec_field("posint", "expert parallel: experts split over ep ranks", default=1)
+    etp: int = spec_field("posint", "expert tensor parallel: each expert's FFN split over etp ranks", default=1)
+    sequence_parallel: bool = spec_field("bool", "Megatron sequence parallelism (needed by MoE with tp > 1)", default=False)
+    zero_stage: int = spec_field((0, 1, 2, 3), "ZeRO / FSDP sharding stage", default=0)
+    schedule: str = spec_field("str", "pipeline schedule (simtrain list schedules)", default="1f1b", choices=_SCHEDULES,
+                               dump_if=lambda p: not p.schedule_csv)
+    overlap_grad_reduce: bool = spec_field("bool", "gradient reduction overlapped with the backward pass", default=True)
+    overlap_param_gather: bool = spec_field("bool", "parameter all-gather overlapped with the forward pass", default=False)
     # pipeline messages split over the tp group and all-gathered by the receiver (tp > 1 without
     # sequence parallelism): Megatron-LM's scatter_gather_tensors_in_pipeline, DeepSpeed's
     # PipelineEngine pipe_partitioned / grad_partitioned
-    pp_scatter_gather: bool = True
-    bucket_size_params: int = 40_000_000
-    layers_per_stage: Optional[object] = None   # a tuple of counts, or "balanced" (by device speed)
-    first_stage_layers: Optional[int] = None
-    last_stage_layers: Optional[int] = None
-    vpp: int = 1                    # model chunks per rank (schedules that take it: interleaved_1f1b)
-    schedule_csv: Optional[str] = None   # a torchtitan-format CSV schedule (absolute path once loaded)
-    placement: str = "megatron"     # megatron | random | an order such as dp-tp-cp-pp
-    device_of_rank: Optional[tuple] = None   # explicit placement: device of each rank
+    pp_scatter_gather: bool = spec_field("bool", "pipeline messages split over the tp group, all-gathered by the receiver",
+                                         default=True)
+    bucket_size_params: int = spec_field("posint", "gradient bucket size", default=40_000_000, unit="parameters")
+    layers_per_stage: Optional[object] = spec_field(
+        "any", "layer count of each model stage, or `balanced` (by device speed)", default=None, dump="none",
+        json={"anyOf": [_POSINTS, {"const": "balanced"}], "description": "list of whole numbers >= 1, or `balanced`"})
+    first_stage_layers: Optional[int] = spec_field("posint", "layers of the first stage (the rest split evenly)", default=None,
+                                                   optional=True, dump="none")
+    last_stage_layers: Optional[int] = spec_field("posint", "layers of the last stage (the rest split evenly)", default=None,
+                                                  optional=True, dump="none")
+    vpp: int = spec_field("posint", "model chunks per rank (schedules that take it: interleaved_1f1b)", default=1,
+                          yaml_default=None, optional=True, derived="the schedule's default, else 1")
+    schedule_csv: Optional[str] = spec_field("str", "a torchtitan-format CSV schedule (in place of `schedule`)", default=None,
+                                             optional=True, dump="none")
+    placement: str = spec_field("str", "megatron | scattered | random | topology_aware | an order such as dp-tp-cp-pp",
+                                default="megatron")
+    device_of_rank: Optional[tuple] = spec_field(
+        "any", "explicit placement: entry r is rank r's device (a permutation)", default=None, dump="none",
+        json={"type": "array", "items": {"type": "integer", "minimum": 0}, "description": "list of device indices"})
+
+
+STRAGGLER = Section({
+    "devices": Key("any", None, "device indices (or give fraction)", dump="falsy", attr="devices",
+                   json={"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1,
+                         "description": "list of device indices >= 0"}),
+    "fraction": Key("float", None, "share of the devices, in (0, 1], drawn with the scenario seed", optional=True, dump="falsy",
+                    attr="fraction"),
+    "compute": Key("float", 1.0, "compute time factor (> 0; 1.3: 30 % slower)", attr="compute"),
+    "memory": Key("float", 1.0, "memory-bound time factor (> 0)", attr="memory"),
+    "link": Key("float", 1.0, "link time factor (> 0)", attr="link"),
+}, doc="one group of slow devices: exactly one of devices and fraction")
+
+JITTER = Section({
+    "distribution": Key(("normal", "lognormal"), "normal", "per-step noise on every compute time", attr="distribution"),
+    "sigma": Key("float", doc="relative standard deviation (>= 0; 0.02: 2 %)", attr="sigma"),
+})
+
+MIXED = Section({
+    "nodes": Key("posint", doc="nodes of this block", attr=0),
+    "device": Key("str", doc="device preset of the block", attr=1, choices=_DEVICES),
+}, doc="a block of nodes with another device type, in node order")
 
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    device: str
-    topology_file: str
-    nodes: int
-    device_profile: str = ""       # a measured profile (simtrain calibrate) refining the device preset
-    stragglers: tuple = ()         # simtrain.stragglers.Straggler entries
-    jitter: Optional[object] = None   # simtrain.stragglers.Jitter
-    mixed: tuple = ()              # ((nodes, device preset), ...) blocks in node order
-    straggler_model: str = "lockstep"   # lockstep | exact (simtrain.stragglers)
+    """The cluster: device, fabric and node count, and how devices differ."""
+    device: str = spec_field("str", "device preset (simtrain list devices)", choices=_DEVICES)
+    topology_file: str = spec_field("str", "topology YAML: a path or a shipped name (simtrain list topologies)", name="topology")
+    nodes: int = spec_field("posint", "scale-up domains (the topology's nodes)")
+    device_profile: str = spec_field("str", "a measured profile (simtrain calibrate) refining the device preset", default="",
+                                     yaml_default=None, optional=True)
+    stragglers: tuple = spec_field("any", "slow devices", default=(), yaml_default=None, dump="falsy", section=STRAGGLER,
+                                   many=True)
+    jitter: Optional[object] = spec_field("any", "per-step noise on compute times", default=None, dump="none", section=JITTER)
+    mixed: tuple = spec_field("any", "blocks of nodes with other device types (the rest runs `device`)", default=(),
+                              yaml_default=None, dump="falsy", section=MIXED, many=True)
+    straggler_model: str = spec_field(("lockstep", "exact"), "how slow devices hold up the step (simtrain.plan.heterogeneity)",
+                                      default="lockstep", dump_if=lambda c: c.heterogeneous)
 
     @property
     def heterogeneous(self) -> bool:
@@ -139,27 +238,43 @@ class ClusterSpec:
 
 @dataclass(frozen=True)
 class NetworkSpec:
-    backend: str = "analytical"
+    """How collectives and point-to-point messages are costed."""
+    backend: str = spec_field(("analytical", "flow"), "analytical: link classes; flow: max-min fair flows on the graph",
+                              default="analytical")
     # algorithm per collective: auto (the fastest predicted, as NCCL's tuner) or a registered name
-    all_reduce: str = "auto"
-    reduce_scatter: str = "auto"
-    all_gather: str = "auto"
-    all_to_all: str = "auto"
-    protocol: str = "auto"         # auto | LL | LL128 | Simple
+    all_reduce: str = spec_field(_algorithms("all_reduce"), "all-reduce algorithm (auto: the fastest predicted)", default="auto")
+    reduce_scatter: str = spec_field(_algorithms("reduce_scatter"), "reduce-scatter algorithm", default="auto")
+    all_gather: str = spec_field(_algorithms("all_gather"), "all-gather algorithm", default="auto")
+    all_to_all: str = spec_field(_algorithms("all_to_all"), "all-to-all algorithm", default="auto")
+    protocol: str = spec_field(("auto", "LL", "LL128", "Simple"), "NCCL protocol", default="auto")
 
     def algorithm_for(self, collective: str) -> str:
         return getattr(self, collective, "auto")
 
 
+# `cost:` (read by simtrain search --objective cost): what one device costs to rent
+COST = Section({
+    "price_per_device_hour": Key("float", None, "rent of one device for an hour (> 0)", unit="US$", optional=True),
+}, doc="what one device costs to rent (simtrain search --objective cost)")
+
+
 @dataclass(frozen=True)
 class Scenario:
-    name: str
-    model: ModelSpec
-    training: TrainingSpec
-    parallel: ParallelSpec
-    cluster: ClusterSpec
-    network: NetworkSpec = field(default_factory=NetworkSpec)
-    seed: int = 0
+    """A scenario file."""
+    _keys_after = {
+        "cost": Key("any", None, "device price", section=COST),
+        "reliability": Key("any", None, "failures, checkpoints and restarts of a long run (simtrain reliability)",
+                           json={"type": "object", "description": "see simtrain/data/reliability.yaml for the keys"}),
+    }
+
+    name: str = spec_field("str", "scenario name")
+    model: ModelSpec = spec_field("any", "the model", section=ModelSpec)
+    training: TrainingSpec = spec_field("any", "batch sizes and numerics", section=TrainingSpec)
+    parallel: ParallelSpec = spec_field("any", "the parallel plan", section=ParallelSpec)
+    cluster: ClusterSpec = spec_field("any", "devices and fabric", section=ClusterSpec)
+    network: NetworkSpec = spec_field("any", "collective algorithms and backend", default_factory=NetworkSpec,
+                                      section=NetworkSpec)
+    seed: int = spec_field("int", "seed of every random choice (stragglers, routing, ECMP)", default=0)
     source_file: str = "<scenario>"
 
     @property
@@ -178,39 +293,6 @@ class Scenario:
         return self.training.global_batch_size // (self.training.micro_batch_size * self.parallel.dp)
 
     def resolved(self) -> dict:
-        """The scenario with every default filled in, in the YAML layout (units in SI)."""
-        d = asdict(self)
-        d.pop("source_file")
-        d["cluster"]["topology"] = d["cluster"].pop("topology_file")
-        for k in ("moe", "mla", "encoder"):
-            if d["model"][k] is None:
-                d["model"].pop(k)
-        if not self.cluster.heterogeneous:
-            d["cluster"].pop("straggler_model")
-        for k, empty in (("stragglers", ()), ("jitter", None), ("mixed", ())):
-            if d["cluster"][k] in (empty, None):
-                d["cluster"].pop(k)
-        if "stragglers" in d["cluster"]:
-            d["cluster"]["stragglers"] = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in x.items()
-                                           if v not in ((), 0.0) or k in ("compute", "memory", "link")}
-                                          for x in d["cluster"]["stragglers"]]
-        if "mixed" in d["cluster"]:
-            d["cluster"]["mixed"] = [{"nodes": n, "device": dv} for n, dv in d["cluster"]["mixed"]]
-        if "moe" in d["model"]:
-            r = d["model"]["moe"]["routing"]
-            if r["loads"] is None:
-                r.pop("loads")
-            else:
-                r["loads"] = list(r["loads"])
-        for k in ("first_stage_layers", "last_stage_layers", "schedule_csv", "device_of_rank"):
-            if d["parallel"][k] is None:
-                d["parallel"].pop(k)
-        if d["parallel"].get("schedule_csv"):
-            d["parallel"].pop("schedule")
-        if d["parallel"]["layers_per_stage"] == "balanced":
-            pass
-        elif d["parallel"]["layers_per_stage"] is not None:
-            d["parallel"]["layers_per_stage"] = list(d["parallel"]["layers_per_stage"])
-        else:
-            d["parallel"].pop("layers_per_stage")
-        return d
+        """The scenario with every default filled in, in the YAML layout (units in SI), dumped from
+        the field declarations; loading it again gives the same scenario."""
+        return dump(self, section_of(Scenario))

@@ -24,6 +24,8 @@ from functools import cached_property
 
 import networkx as nx
 
+from simtrain.spec.fields import REQUIRED, Key, Section
+
 
 @dataclass(frozen=True)
 class LinkClass:
@@ -253,34 +255,36 @@ def register(kind: str, schema: dict, doc: str = ""):
 
 # How collectives behave on this fabric (read by simtrain.network.collectives; every kind accepts it)
 COLLECTIVES = {
-    "overhead": ("time", False, "0 us"),          # fixed cost per collective (launch + sync)
-    "overhead_source": ("str", False, ""),
-    "nvls_efficiency": ("float?", False, None),   # NVLink SHARP in-switch reduction, if the switch has it
-    "nvls_source": ("str", False, ""),
-    "latency_model": (("nccl", "none"), False, "nccl"),   # none: an ideal fabric without protocol latencies
-    "network_step_latency": ("time", False, "0 us"),   # added to NCCL's latency per network step (measured fabrics)
-    "network_step_latency_source": ("str", False, ""),
-    "nvls_chunk_cost": ("time", False, "0 us"),   # synchronisation per NVLS chunk round: NVLS as a chunk pipeline (simtrain.network.collectives)
-    "nvls_chunk_cost_source": ("str", False, ""),
-    "two_node_tree_saving": ("bool", False, True),   # false: a tree over two nodes moves 2n per node across the network, as on more
-    "two_node_tree_saving_source": ("str", False, ""),
+    "overhead": Key("time", "0 us", "fixed cost per collective (launch + sync)"),
+    "overhead_source": Key("str", "", "where overhead comes from"),
+    "nvls_efficiency": Key("float", None, "NVLink SHARP in-switch reduction: measured NVLS algbw / link bandwidth, in (0, 1]; "
+                           "null: the switch has none", optional=True),
+    "nvls_source": Key("str", "", "where nvls_efficiency comes from"),
+    "latency_model": Key(("nccl", "none"), "nccl", "none: an ideal fabric without protocol latencies"),
+    "network_step_latency": Key("time", "0 us", "added to NCCL's latency per network step (measured fabrics)"),
+    "network_step_latency_source": Key("str", "", "where network_step_latency comes from"),
+    "nvls_chunk_cost": Key("time", "0 us", "synchronisation per NVLS chunk round (NVLS as a chunk pipeline)"),
+    "nvls_chunk_cost_source": Key("str", "", "where nvls_chunk_cost comes from"),
+    "two_node_tree_saving": Key("bool", True, "false: a tree over two nodes moves 2n per node across the network, as on more"),
+    "two_node_tree_saving_source": Key("str", "", "where two_node_tree_saving comes from"),
 }
 
-# keys every kind accepts
-def link_schema(latency_default: str | None = None) -> tuple:
+
+def link_schema(latency_default: str | None = None, doc: str = "") -> Key:
     """Schema of a `{bandwidth, latency}` link section; latency required unless it has a default."""
-    return ("map", True, {
-        "bandwidth": ("bandwidth", True, None),
-        "latency": ("time", latency_default is None, latency_default),
-    })
+    return Key("map", REQUIRED, doc, section=Section({
+        "bandwidth": Key("bandwidth", doc="per device, per direction"),
+        "latency": Key("time", REQUIRED if latency_default is None else latency_default, "per hop"),
+    }))
 
 
+# keys every kind accepts
 COMMON = {
-    "name": ("str", True, None),
-    "kind": ("str", True, None),
-    "source": ("str", False, ""),
-    "device_label": ("str", False, "gpu"),
-    "collectives": ("map", False, COLLECTIVES),
+    "name": Key("str", doc="topology name"),
+    "kind": Key("str", doc="the builder: " + "fat_tree | two_tier | torus | dragonfly | explicit"),
+    "source": Key("str", "", "where the numbers come from"),
+    "device_label": Key("str", "gpu", "device label in names and results"),
+    "collectives": Key("map", {}, "how collectives behave on this fabric", section=Section(COLLECTIVES)),
 }
 
 

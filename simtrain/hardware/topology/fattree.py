@@ -56,6 +56,7 @@ import networkx as nx
 
 from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, path_class, register
 from simtrain.hardware.topology.schema import validate_map
+from simtrain.spec.fields import REQUIRED, Key, Section
 
 
 @dataclass(frozen=True)
@@ -83,45 +84,48 @@ class FatTreeSpec:
     cores_per_spine: int
 
 
-SCHEMA = dict(COMMON, **{
-    "devices_per_node": ("int", True, None),
-    "devices_per_host": ("posint?", False, None),
-    "node_label": ("str", False, "node"),
-    "host_label": ("str", False, "host"),
-    "scale_up": ("map", True, {
-        "bandwidth": ("bandwidth", True, None),
-        "latency": ("time", True, None),
-        "topology": (("switch", "full_mesh"), False, "switch"),
-        "efficiency": ("float", False, 1.0),
-        "efficiency_source": ("str", False, ""),
-    }),
-    "domain": ("any", False, None),
-    "scale_out": ("map", True, {
-        "nics_per_node": ("int", True, None),
-        "nic_bandwidth": ("bandwidth", True, None),
-        "latency": ("time", True, None),
-        "oversubscription": ("float", False, 1.0),
-        "nodes_per_leaf": ("int", False, 32),
-        "spine_latency": ("time", False, "0 us"),
-        "rail_optimized": ("bool", False, False),
-        "rails": ("posint?", False, None),
-        "planes": ("posint", False, 1),
-        "levels": ((2, 3), False, 2),
-        "units_per_pod": ("posint?", False, None),
-        "spines": ("posint?", False, None),
-        "core_oversubscription": ("float", False, 1.0),
-        "core_latency": ("time", False, "0 us"),
-        "cores_per_spine": ("posint", False, 1),
-        "efficiency": ("float", False, 1.0),
-        "efficiency_source": ("str", False, ""),
-    }),
-})
-
 DOMAIN = {
-    "topology": (("switch", "full_mesh"), True, None),
-    "bandwidth": ("bandwidth", True, None),
-    "latency": ("time", True, None),
+    "topology": Key(("switch", "full_mesh"), doc="a domain switch, or links between every pair of hosts"),
+    "bandwidth": Key("bandwidth", doc="per host, per direction"),
+    "latency": Key("time", doc="host to host"),
 }
+
+_EFF = Key("float", 1.0, "measured share of the bandwidth a collective gets on this tier")
+_EFF_SOURCE = Key("str", "", "where efficiency comes from")
+
+SCHEMA = dict(COMMON, **{
+    "devices_per_node": Key("int", doc="devices of one scale-up domain (a simtrain node)"),
+    "devices_per_host": Key("posint", None, "devices of one physical host or tray (absent: devices_per_node)", optional=True),
+    "node_label": Key("str", "node", "label of a scale-up domain in names"),
+    "host_label": Key("str", "host", "label of a host in names"),
+    "scale_up": Key("map", REQUIRED, "the scale-up fabric of a domain (NVLink, MLU-Link)", section=Section({
+        "bandwidth": Key("bandwidth", doc="per device, per direction"),
+        "latency": Key("time", doc="device to device"),
+        "topology": Key(("switch", "full_mesh"), "switch", "a switch, or direct links between every pair"),
+        "efficiency": _EFF,
+        "efficiency_source": _EFF_SOURCE,
+    })),
+    "domain": Key("any", None, "hosts of a domain joined by a domain switch or host-to-host links", section=Section(DOMAIN)),
+    "scale_out": Key("map", REQUIRED, "NICs, leaves, spines (and cores) between domains", section=Section({
+        "nics_per_node": Key("int", doc="NICs of one domain, shared evenly by its devices"),
+        "nic_bandwidth": Key("bandwidth", doc="per NIC, per direction"),
+        "latency": Key("time", doc="device -> NIC -> leaf -> NIC -> device"),
+        "oversubscription": Key("float", 1.0, "leaf downlinks / uplinks"),
+        "nodes_per_leaf": Key("int", 32, "nodes under one leaf (rail_optimized: one leaf per rail of a unit)"),
+        "spine_latency": Key("time", "0 us", "each leaf-spine link"),
+        "rail_optimized": Key("bool", False, "NIC k of every node of a unit on the leaf of rail k"),
+        "rails": Key("posint", None, "rails of a rail-optimized unit", optional=True),
+        "planes": Key("posint", 1, "independent scale-out planes; NIC k on plane k mod planes"),
+        "levels": Key((2, 3), 2, "2: leaf-spine; 3: pods of units under core switches"),
+        "units_per_pod": Key("posint", None, "levels 3: units sharing a pod's spines", optional=True),
+        "spines": Key("posint", None, "spines per leaf group (absent: nics_per_node / planes)", optional=True),
+        "core_oversubscription": Key("float", 1.0, "levels 3: spine downlinks / core uplinks"),
+        "core_latency": Key("time", "0 us", "each spine-core link"),
+        "cores_per_spine": Key("posint", 1, "levels 3: cores of the group spine j connects to"),
+        "efficiency": _EFF,
+        "efficiency_source": _EFF_SOURCE,
+    })),
+})
 
 
 @register("fat_tree", SCHEMA)

@@ -23,7 +23,8 @@ import yaml
 
 from simtrain import resources
 from simtrain.errors import Collector
-from simtrain.hardware.topology import parse_value
+from simtrain.spec.fields import parse_value
+from simtrain.spec.loading import apply_overrides, register_section
 from simtrain.units import UnitError, parse_time
 
 DATA = resources.DATA / "reliability.yaml"
@@ -371,14 +372,13 @@ def _spares(r: _Reader, tree: dict, root: str):
 
 
 def validate_section(raw_scenario: dict, errs: Collector) -> None:
-    """The hook simtrain.spec.loading calls when a scenario has a `reliability:` section."""
+    """The check simtrain.spec.loading runs when a scenario has a `reliability:` section."""
     seed = raw_scenario.get("seed", 0)
     parse_section(raw_scenario.get("reliability"), errs, seed if isinstance(seed, int) and not isinstance(seed, bool) else 0)
 
 
 def load_spec(path, overrides=()) -> ReliabilitySpec:
     """The reliability section of a scenario file (with `--set reliability.x=...` overrides applied)."""
-    from simtrain.spec.loading import apply_overrides
     path = Path(path)
     errs = Collector(str(path))
     raw = yaml.safe_load(path.read_text())
@@ -387,3 +387,7 @@ def load_spec(path, overrides=()) -> ReliabilitySpec:
     spec = parse_section(raw.get("reliability"), errs, seed if isinstance(seed, int) and not isinstance(seed, bool) else 0)
     errs.raise_if_any()
     return spec
+
+
+# checked with the rest of the scenario, every problem reported together (simtrain.spec.loading)
+register_section("reliability", validate_section)

@@ -1,0 +1,467 @@
+"""Input keys declared once: type, default, unit, allowed values and doc of every YAML key.
+
+A `Key` declares one key of an input file; a `Section` is an ordered mapping of them. The frozen
+spec dataclasses declare theirs on the fields (`spec_field`), so a field's type, default and doc
+sit in one place, and `section_of(cls)` reads them back. From a section simtrain derives:
+
+  validation     `validate_map` / `parse_value`: every problem of a file collected with its key
+                 path, `<file>: <key.path>: <problem>; <fix>`, unknown keys with a "did you mean"
+  resolved dump  `dump(obj, section)`: the spec in the YAML layout with every default filled in
+  key reference  `markdown_table(sections)`: one row per key path
+  JSON Schema    `json_schema(section)`: for editors and CI (draft 2020-12)
+
+Kinds: the unit parsers of `simtrain.units` (bandwidth, time, bytes, flops: strings with a unit,
+parsed to SI), int, posint, float, bool, str, any, a tuple of allowed values, and "map" (a nested
+section, checked recursively). `optional=True` lets a value be null (absent stays None).
+
+Validation also accepts the older `(kind, required, default)` tuples of a table, with "kind?" for
+an optional value and `("map", required, table)` for a nested one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Optional
+
+from simtrain.errors import Collector
+from simtrain.units import EXAMPLES, PARSERS, UnitError
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+UNIT_KINDS = {"bandwidth": "B/s", "time": "s", "bytes": "B", "flops": "FLOP/s"}
+# what a string with a unit looks like (simtrain.units), for JSON Schema
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+UNIT_PATTERNS = {
+    "bandwidth": rf"^\s*{_NUM}\s*(?:Ki|Mi|Gi|Ti|k|K|M|G|T)?[Bb](?:/s|ps)\s*$",
+    "time": rf"^\s*{_NUM}\s*(?:s|ms|us|µs|ns|min|h)\s*$",
+    "bytes": rf"^\s*{_NUM}\s*(?:Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?[Bb]\s*$",
+    "flops": rf"^\s*{_NUM}\s*(?:k|K|M|G|T|P)?FLOP/s\s*$",
+}
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of an input file.
+
+    kind      how the value is read (see the module docstring)
+    default   what an absent key means; REQUIRED: it must be given
+    doc       one line for the key reference
+    unit      the unit of a plain number (unit kinds name theirs)
+    optional  null is allowed (and an absent key stays None)
+    section   the keys of a nested mapping (kind "map"), of each entry of a list (`many=True`), or
+              of a mapping that the loader reads itself (kind "any"); a dataclass stands for its
+              `section_of`
+    many      the value is a list of `section` entries
+    json      the JSON Schema of the value where the kind does not say enough
+    loader    False: read by the loader before the table check (preset names, file references);
+              listed in the reference and the JSON Schema, not in the table
+    derived   how an absent value is filled in, when it is not a plain default
+    dump      "always", "none" (left out when None), "falsy" (left out when empty, None or 0)
+    dump_if   the key is dumped only where dump_if(owner) holds
+    choices   the allowed values, read from a later stage's registry when first needed, for the
+              reference and the JSON Schema (the loader checks them with its own message)
+    name      the YAML key, when it differs from the dataclass field
+    attr      where the dump reads the value: a field name, or an index into a tuple entry
+
+    A kind may also be a function returning the tuple of allowed values (a registry read late).
+    """
+    kind: Any
+    default: Any = REQUIRED
+    doc: str = ""
+    unit: str = ""
+    optional: bool = False
+    section: Any = None
+    many: bool = False
+    json: Optional[dict] = None
+    loader: bool = True
+    derived: str = ""
+    dump: str = "always"
+    dump_if: Optional[Callable] = None
+    choices: Optional[Callable] = None
+    name: str = ""
+    attr: Any = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def kind_value(self):
+        """The kind, with a late registry read into its tuple of allowed values."""
+        return self.kind() if callable(self.kind) else self.kind
+
+    def allowed(self) -> Optional[tuple]:
+        k = self.kind_value()
+        if isinstance(k, tuple):
+            return k
+        return tuple(self.choices()) if self.choices is not None else None
+
+    def entries(self) -> Optional["Section"]:
+        s = self.section
+        if s is None or isinstance(s, Section):
+            return s
+        if isinstance(s, dict):
+            return Section({k: as_key(v) for k, v in s.items()})
+        return section_of(s)
+
+    def as_tuple(self) -> tuple:
+        """The (kind, required, default) form `validate_map` reads."""
+        if self.kind == "map":
+            return ("map", self.required, table(self.entries()))
+        kind = self.kind_value()
+        kind = f"{kind}?" if self.optional and isinstance(kind, str) else kind
+        return (kind, self.required, None if self.required else self.default)
+
+
+class Section:
+    """Ordered keys of one mapping. `doc` heads its part of the key reference; `notes` accepts
+    keys that are not declared (free-text notes such as `*_source`); `open` lets the JSON Schema
+    accept undeclared keys (files written by a tool that adds its own); `required` False leaves the
+    required keys out of the JSON Schema (a preset may supply them)."""
+
+    def __init__(self, keys: dict, doc: str = "", required: bool = True, notes: Optional[Callable[[str], bool]] = None,
+                 open: bool = False):
+        self.keys = {k: as_key(v) for k, v in keys.items()}
+        self.doc = doc
+        self.required = required
+        self.notes = notes
+        self.open = open
+
+    def __iter__(self):
+        return iter(self.keys)
+
+    def items(self):
+        return self.keys.items()
+
+    def __getitem__(self, k: str) -> Key:
+        return self.keys[k]
+
+    def __contains__(self, k) -> bool:
+        return k in self.keys
+
+    def table(self) -> dict:
+        return table(self)
+
+
+def as_key(spec) -> Key:
+    """A Key from a Key or an older `(kind, required, default)` tuple."""
+    if isinstance(spec, Key):
+        return spec
+    kind, required, default = spec
+    optional = isinstance(kind, str) and kind.endswith("?")
+    if optional:
+        kind = kind[:-1]
+    if kind == "map":
+        return Key("map", REQUIRED if required else {}, section=Section(default))
+    return Key(kind, REQUIRED if required else default, optional=optional)
+
+
+def table(section: Section) -> dict:
+    """The `{key: (kind, required, default)}` table of the keys the loader checks."""
+    return {k: key.as_tuple() for k, key in section.items() if key.loader}
+
+
+# --- declaring keys on dataclass fields ------------------------------------------------------------
+
+def spec_field(kind, doc: str = "", *, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING,
+               yaml_default: Any = dataclasses.MISSING, required: Optional[bool] = None, **key) -> Any:
+    """A dataclass field that declares its YAML key.
+
+    `default` / `default_factory` are the spec's default; `yaml_default` what an absent key reads
+    as, where that differs (e.g. None for a value the loader derives). `required` defaults to
+    "the field has no default"."""
+    md = {"kind": kind, "doc": doc, "yaml_default": yaml_default, "required": required, **key}
+    kw: dict = {"metadata": {"key": md}}
+    if default is not dataclasses.MISSING:
+        kw["default"] = default
+    if default_factory is not dataclasses.MISSING:
+        kw["default_factory"] = default_factory
+    return dataclasses.field(**kw)
+
+
+@lru_cache(maxsize=None)
+def section_of(cls) -> Section:
+    """The Section a spec dataclass declares on its fields (`spec_field`), in field order, after
+    the keys of its `_extra_keys` (read by the loader, with no field of their own) and before
+    those of its `_keys_after`."""
+    keys: dict = dict(getattr(cls, "_extra_keys", {}))
+    after: dict = dict(getattr(cls, "_keys_after", {}))
+    for f in dataclasses.fields(cls):
+        md = f.metadata.get("key")
+        if md is None:
+            continue
+        md = dict(md)
+        yaml_default, required = md.pop("yaml_default"), md.pop("required")
+        if yaml_default is not dataclasses.MISSING:
+            default = yaml_default
+        elif f.default is not dataclasses.MISSING:
+            default = f.default
+        else:
+            default = None if f.default_factory is not dataclasses.MISSING else REQUIRED
+        if required is None:
+            required = default is REQUIRED
+        if not required and default is REQUIRED:
+            default = None
+        if required:
+            default = REQUIRED
+        name = md.pop("name", "") or f.name
+        keys[name] = Key(default=default, name=name, attr=f.name, **md)
+    keys.update(after)
+    doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "(") else ""
+    return Section(keys, doc=getattr(cls, "_doc", doc), required=getattr(cls, "_schema_required", True))
+
+
+# --- validation ------------------------------------------------------------------------------------
+
+def validate_map(raw, schema, path: str, errs: Collector) -> dict:
+    """Checks a YAML mapping against a Section (or a `(kind, required, default)` table); returns the
+    parsed values of the keys the loader checks.
+
+    Unknown keys, missing required keys, wrong types and bare numbers where a unit is needed are
+    all collected into `errs` rather than raised one at a time.
+    """
+    if not isinstance(schema, Section):
+        schema = Section(schema)
+    notes = schema.notes
+    schema = table(schema)
+    out: dict = {}
+    if not isinstance(raw, dict):
+        errs.add(path or "<top>", f"expected a mapping, got {type(raw).__name__}", "write it as `key: value` lines")
+        return out
+    for key in raw:
+        if key not in schema and not (notes and notes(key)):
+            close = difflib.get_close_matches(str(key), list(schema), n=1)
+            hint = f"did you mean `{close[0]}`?" if close else f"allowed keys: {', '.join(schema)}"
+            errs.add(_join(path, key), "unknown key", hint)
+    for key, (kind, required, default) in schema.items():
+        p = _join(path, key)
+        if key not in raw:
+            if required:
+                errs.add(p, "missing required key", f"add `{key}:`" + (f" (a {kind}, e.g. {EXAMPLES[kind]})" if kind in EXAMPLES else ""))
+                continue
+            if kind == "map":
+                out[key] = validate_map({}, default, p, errs)
+                continue
+            value = default
+        else:
+            value = raw[key]
+        if kind == "map":
+            out[key] = validate_map(value, default, p, errs)
+        else:
+            out[key] = parse_value(value, kind, p, errs)
+    return out
+
+
+def _join(path, key) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def parse_value(value, kind, path: str, errs: Collector):
+    """One value of a kind; a problem is added to `errs` and the result is None."""
+    if isinstance(kind, str) and kind.endswith("?"):
+        # optional value: absent (None) stays None
+        return None if value is None else parse_value(value, kind[:-1], path, errs)
+    if kind in PARSERS:
+        try:
+            return PARSERS[kind](value)
+        except UnitError as e:
+            errs.add(path, str(e), f"write e.g. {EXAMPLES[kind]}")
+            return None
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            errs.add(path, f"expected a whole number, got {value!r}", "write e.g. `8`")
+            return None
+        return value
+    if kind == "posint":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            errs.add(path, f"expected a whole number >= 1, got {value!r}", "write e.g. `8`")
+            return None
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            errs.add(path, f"expected a number, got {value!r}", "write e.g. `0.8`")
+            return None
+        return float(value)
+    if kind == "bool":
+        if not isinstance(value, bool):
+            errs.add(path, f"expected true or false, got {value!r}", "write `true` or `false`")
+            return None
+        return value
+    if kind == "str":
+        if not isinstance(value, str):
+            errs.add(path, f"expected text, got {value!r}", "write it as a string")
+            return None
+        return value
+    if isinstance(kind, tuple):  # choices
+        if value not in kind:
+            errs.add(path, f"{value!r} is not one of {', '.join(map(str, kind))}", f"use one of {', '.join(map(str, kind))}")
+            return None
+        return value
+    if kind == "any":
+        return value
+    raise ValueError(f"schema kind {kind!r}")
+
+
+# --- resolved dump ---------------------------------------------------------------------------------
+
+def dump(obj, section: Section) -> dict:
+    """A spec (dataclass, or tuple entry) as its YAML mapping: every declared key with its value,
+    nested sections dumped in turn, tuples as lists; keys with a dump policy left out as declared."""
+    out = {}
+    for name, key in section.items():
+        if key.attr is None:
+            continue
+        if key.dump_if is not None and not key.dump_if(obj):
+            continue
+        v = obj[key.attr] if isinstance(key.attr, int) else getattr(obj, key.attr)
+        if (key.dump == "none" and v is None) or (key.dump == "falsy" and not v):
+            continue
+        out[name] = _plain(v, key)
+    return out
+
+
+def _plain(v, key: Key):
+    sub = key.entries()
+    if sub is not None and v is not None and not isinstance(v, (str, int, float)):
+        if key.many:
+            return [dump(e, sub) for e in v]
+        if dataclasses.is_dataclass(v):
+            return dump(v, sub)
+    if isinstance(v, (tuple, list)):
+        return [_plain(x, Key("any")) for x in v]
+    if dataclasses.is_dataclass(v):
+        return dataclasses.asdict(v)
+    return v
+
+
+# --- JSON Schema -----------------------------------------------------------------------------------
+
+def value_schema(key: Key) -> dict:
+    """The JSON Schema of one key's value."""
+    sub = key.entries()
+    kind = key.kind_value()
+    allowed = key.allowed()
+    if key.json is not None:
+        s = dict(key.json)
+    elif sub is not None and kind in ("map", "any"):
+        obj = object_schema(sub)
+        s = {"type": "array", "items": obj} if key.many else obj
+    elif kind in UNIT_PATTERNS:
+        s = {"type": "string", "pattern": UNIT_PATTERNS[kind], "examples": [x.strip('"') for x in EXAMPLES[kind].split(" or ")]}
+    elif kind == "int":
+        s = {"type": "integer"}
+    elif kind == "posint":
+        s = {"type": "integer", "minimum": 1}
+    elif kind == "float":
+        s = {"type": "number"}
+    elif kind == "bool":
+        s = {"type": "boolean"}
+    elif allowed is not None:
+        s = {"enum": list(allowed)}
+    elif kind == "str":
+        s = {"type": "string"}
+    else:
+        s = {}
+    if key.optional and s:
+        s = {"anyOf": [s, {"type": "null"}]}
+    desc = key.doc
+    if key.unit or kind in UNIT_KINDS:
+        desc = f"{desc} [{key.unit or UNIT_KINDS[kind]}]".strip()
+    if key.derived:
+        desc = f"{desc} (absent: {key.derived})".strip()
+    if desc:
+        s["description"] = desc
+    if not key.required and key.default is not None and not isinstance(key.default, (dict, Section)) and not key.derived:
+        s["default"] = list(key.default) if isinstance(key.default, tuple) else key.default
+    return s
+
+
+def object_schema(section: Section) -> dict:
+    props = {name: value_schema(key) for name, key in section.items()}
+    s: dict = {"type": "object"}
+    if section.doc:
+        s["description"] = section.doc
+    s["properties"] = props
+    req = [n for n, k in section.items() if k.required] if section.required else []
+    if req:
+        s["required"] = req
+    if section.notes is not None:
+        s["patternProperties"] = {"(source|reasoning)$": {}}
+    s["additionalProperties"] = section.open
+    return s
+
+
+def json_schema(section: Section, title: str, id_: str) -> dict:
+    """A whole-file JSON Schema (draft 2020-12) of a section."""
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": id_, "title": title, **object_schema(section)}
+
+
+# --- key reference ---------------------------------------------------------------------------------
+
+def _type_text(key: Key) -> str:
+    k = key.kind_value()
+    allowed = key.allowed()
+    if key.many:
+        t = "list of mappings"
+    elif allowed is not None:
+        t = " \\| ".join(f"`{x}`" for x in allowed)
+    elif k in UNIT_KINDS:
+        t = f"{k} (string with unit, e.g. {EXAMPLES[k].split(' or ')[0]})"
+    elif k == "map" or (key.section is not None and k == "any" and key.json is None):
+        t = "mapping"
+    elif key.json is not None and "description" in key.json:
+        t = key.json["description"]
+    else:
+        t = {"posint": "whole number >= 1", "int": "whole number", "float": "number", "bool": "true \\| false",
+             "str": "text", "any": "any"}.get(k, str(k))
+    return t + (" or null" if key.optional else "")
+
+
+def _default_text(key: Key) -> str:
+    if key.required:
+        return "**required**"
+    if key.derived:
+        return key.derived
+    d = key.default
+    if d is None or isinstance(d, (dict, Section)):
+        return "—"
+    if isinstance(d, bool):
+        return f"`{str(d).lower()}`"
+    if isinstance(d, str):
+        return f'`"{d}"`' if d == "" or any(c in d for c in " /") else f"`{d}`"
+    return f"`{d}`"
+
+
+def rows(section: Section, prefix: str = "") -> list[tuple]:
+    """(key path, type, default, unit, doc) for every key, nested sections after their key."""
+    out = []
+    for name, key in section.items():
+        p = f"{prefix}.{name}" if prefix else name
+        if key.many:
+            p += "[]"
+        unit = key.unit or (UNIT_KINDS.get(key.kind, "") if isinstance(key.kind, str) else "")
+        out.append((p, _type_text(key), _default_text(key), unit, key.doc))
+        sub = key.entries()
+        if sub is not None:
+            out.extend(rows(sub, p))
+    return out
+
+
+def _cell(s: str) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ") if "\\|" not in str(s) else str(s)
+
+
+def markdown_table(section: Section, prefix: str = "") -> str:
+    """A Markdown table of every key of a section."""
+    lines = ["| key | type | default | unit | description |", "|---|---|---|---|---|"]
+    for p, t, d, u, doc in rows(section, prefix):
+        lines.append(f"| `{p}` | {_cell(t)} | {_cell(d)} | {_cell(u)} | {_cell(doc)} |")
+    return "\n".join(lines) + "\n"
+
