@@ -34,8 +34,18 @@ import os
 import platform
 import socket
 import statistics
+import subprocess
 import sys
 import time
+
+import yaml
+
+from simtrain.calibration.nccl_tests import bus_factor
+from simtrain.errors import ConfigError, Problem
+from simtrain.results.io import write_atomic
+from simtrain.schedules import schedule_for
+from simtrain.spec.loading import load_scenario
+from simtrain.workload.build import build_workload
 
 SCHEMA = "simtrain-calibration/1"
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -49,7 +59,6 @@ def torch_or_exit():
     try:
         import torch
     except ImportError:
-        from simtrain.errors import ConfigError, Problem
         raise ConfigError([Problem("simtrain bench", "torch", "PyTorch is not installed",
                                    "pip install 'simtrain[bench]' (torch is needed only to measure, never to simulate)")])
     return torch
@@ -67,7 +76,6 @@ class Accelerator:
         self.api = {"cuda": getattr(torch, "cuda", None), "mlu": mlu}.get(kind)
         self.device = torch.device(kind if kind != "cpu" else "cpu")
         if kind != "cpu" and (self.api is None or not self.api.is_available()):
-            from simtrain.errors import ConfigError, Problem
             raise ConfigError([Problem("simtrain bench", "--device", f"no {kind} device is available here",
                                        "run on a machine with the accelerator, or use --device cpu")])
 
@@ -142,7 +150,6 @@ def provenance(acc: Accelerator, dtype: str, command: str) -> dict:
 
 def _nvidia_driver() -> str:
     try:
-        import subprocess
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=20)
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "?"
@@ -156,9 +163,6 @@ def _nvidia_driver() -> str:
 def scenario_shapes(path: str) -> tuple:
     """(gemm (m, n, k) shapes, attention (b, heads, seq, head_dim, causal) shapes) that the
     scenario's workload runs on one rank, each once."""
-    from simtrain.schedules import schedule_for
-    from simtrain.spec.loading import load_scenario
-    from simtrain.workload.build import build_workload
     sc, _ = load_scenario(path)
     work = build_workload(sc, schedule_for(sc.parallel, sc.num_microbatches).num_stages)
     gemms, attn = [], []
@@ -255,7 +259,6 @@ def run_collectives(acc: Accelerator, dtype: str, sizes, warmup: int, reps: int,
     torch = acc.torch
     import torch.distributed as dist
 
-    from simtrain.calibration.nccl_tests import bus_factor
     backend = {"cuda": "nccl", "mlu": "cncl", "cpu": "gloo"}[acc.kind]
     if not dist.is_initialized():
         if acc.kind != "cpu":
@@ -336,9 +339,7 @@ def sizes_between(lo: int, hi: int, factor: int = 2) -> list:
 
 def main(args) -> int:
     """The `simtrain bench` command (see cli)."""
-    import yaml
 
-    from simtrain.results.io import write_atomic
     torch = torch_or_exit()
     acc = Accelerator(torch, None if args.device == "auto" else args.device)
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None

@@ -23,11 +23,16 @@ from __future__ import annotations
 
 import datetime
 import statistics
+import sys
 from pathlib import Path
 
 import yaml
 
+from simtrain.calibration import kineto, nccl_tests
+from simtrain.calibration.nccl_tests import bus_factor
 from simtrain.errors import Collector
+from simtrain.hardware.devices import preset_names
+from simtrain.results.io import write_atomic
 
 PROFILE_SCHEMA = "simtrain-profile/1"
 
@@ -72,7 +77,6 @@ def _dtype_name(t: str) -> str:
 
 def collect(files: list) -> dict:
     """Measurements from every input file, grouped by kind, each point tagged with its file."""
-    from simtrain.calibration import kineto, nccl_tests
     errs = Collector("simtrain calibrate")
     got = {"gemm": [], "attention": [], "memory": [], "collectives": [], "provenance": []}
     for f in map(Path, files):
@@ -137,8 +141,6 @@ def fit_alpha_beta(points: list) -> tuple:
 
 
 def build_profile(files: list, device: str, base: str, command: str) -> dict:
-    from simtrain.calibration.nccl_tests import bus_factor
-    from simtrain.hardware.devices import preset_names
     errs = Collector("simtrain calibrate")
     if base not in preset_names():
         errs.add("--base", f"unknown preset {base!r}", f"use one of: {', '.join(preset_names())}")
@@ -197,9 +199,7 @@ def _sources(rows: list, dtype: str | None = None) -> str:
 
 
 def main(args) -> int:
-    import sys
 
-    from simtrain.results.io import write_atomic
     prof = build_profile(args.files, args.device, args.base, getattr(args, "command_line", "simtrain calibrate"))
     write_atomic(args.out, yaml.safe_dump(prof, sort_keys=False).encode())
     kinds = [k for k in ("gemm", "memory_bound", "flash_attention", "collectives") if k in prof]

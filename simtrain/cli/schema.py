@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from simtrain.spec import schemas
+
 
 def add_parser(sub) -> None:
     """Adds the `schema` subcommand to the CLI's subparsers."""
@@ -22,7 +24,6 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from simtrain.spec import schemas  # the declarations of every stage: loaded only for this command
     if args.markdown:
         sys.stdout.write(schemas.markdown())
         return 0

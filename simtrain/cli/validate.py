@@ -1,9 +1,10 @@
 """`simtrain validate vtrain | busbw`: the subcommand's arguments (the work: simtrain.studies.validate)."""
 from __future__ import annotations
 
+from simtrain.studies.validate import main
+
 
 def _main(args) -> int:
-    from simtrain.studies.validate import main
     return main(args)
 
 

@@ -31,6 +31,15 @@ from typing import NamedTuple
 import yaml
 
 from simtrain import resources
+from simtrain.calibration.fit import fit_alpha_beta
+from simtrain.errors import Collector, SimtrainError
+from simtrain.hardware.topology import load_topology
+from simtrain.network.collectives import choose, measured_cost
+from simtrain.network.flows import FlowNetwork
+from simtrain.plan.grid import group_shape
+from simtrain.results.io import write_atomic
+from simtrain.simulate import simulate
+from simtrain.spec.loading import build_scenario
 
 VTRAIN = resources.VALIDATION / "vtrain"
 NCCL_TESTS = resources.VALIDATION / "nccl-tests" / "nccl_busbw.yaml"
@@ -97,9 +106,6 @@ def _partial_node(gpus: int) -> str:
 def evaluate_vtrain(name: str, limit: int | None = None, profile: str | None = VTRAIN_PROFILE) -> list[Run]:
     """Simulates the runs of one set (multi or single; the first `limit` of them) with `profile`
     (a shipped profile name or a file; None: the bare device preset)."""
-    from simtrain.errors import Collector, SimtrainError
-    from simtrain.simulate import simulate
-    from simtrain.spec.loading import build_scenario
     out = []
     for i, r in enumerate(vtrain_rows(name)):
         if limit and i >= limit:
@@ -149,7 +155,6 @@ def vtrain_report(sets: str = "multi", table: bool = False, profile: str | None 
                       f"{100 * (r.predicted_s - r.measured_s) / r.measured_s:+7.1f}%", file=out)
         print(vtrain_summary(s, runs), file=out, flush=True)
     if csv_out:
-        from simtrain.results.io import write_atomic
         lines = ["set,run,gpus,measured_s,predicted_s,abs_pct_error,sim_wall_s"]
         lines += [f"{s},{r.name},{r.gpus},{r.measured_s:.4f},{r.predicted_s:.4f},{100 * r.error:.2f},{r.wall_s:.3f}"
                   for s, runs in results.items() for r in runs]
@@ -191,8 +196,6 @@ _topologies: dict = {}
 
 def layout(e: dict, tname: str, collectives: dict | None = None):
     """(topology, device group, group shape) of a sweep, with `collectives` keys overridden."""
-    from simtrain.hardware.topology import load_topology
-    from simtrain.plan.grid import group_shape
     n, nodes = e["n_gpus"], e["n_nodes"]
     key = (tname, nodes)
     if key not in _topologies:
@@ -229,8 +232,6 @@ class Row:
 
 def predict(e: dict, tname: str, flow: bool = True, collectives: dict | None = None) -> list[Row]:
     """Rows of predicted against measured busbw from 1 MiB up (flow: also the flow backend)."""
-    from simtrain.network.collectives import choose
-    from simtrain.network.flows import FlowNetwork
     topo, group, shape = layout(e, tname, collectives)
     net = FlowNetwork(topo) if flow else None
     rows = []
@@ -318,7 +319,6 @@ def busbw_report(out=None) -> list:
 
 def table_of(e: dict) -> dict:
     """A profile's collective table built from one sweep, as simtrain calibrate builds it."""
-    from simtrain.calibration.fit import fit_alpha_beta
     n = e["n_gpus"]
     f = FACTOR[e["collective"]](n)
     pts = [(r["bytes"], r["busbw_GBps"]) for r in e["data"] if r.get("busbw_GBps")]
@@ -330,7 +330,6 @@ def table_of(e: dict) -> dict:
 
 def calibrated(out=None) -> None:
     """Out of sample: each sweep predicted from the profile table of the other sweep on the same fabric."""
-    from simtrain.network.collectives import measured_cost
     out = out or sys.stdout
     by_id = {e["id"]: (e, t) for e, t in sweeps()}
     print("\ncalibrated, out of sample (table measured on the same fabric, another system):", file=out)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import networkx as nx
+import numpy as np
 
 from simtrain.spec.fields import REQUIRED, Key, Section
 
@@ -194,7 +195,6 @@ class Fabric(ABC):
 
     def leaves_of(self, devices):
         """leaf_of of a numpy array of devices, as a numpy array."""
-        import numpy as np
         return np.asarray(self.leaf_array(), dtype=np.int64)[devices]
 
     def link_class_names(self, a, b) -> list:
@@ -203,7 +203,6 @@ class Fabric(ABC):
 
     def link_class_codes(self, a, b) -> tuple:
         """(codes, names): names[codes[i]] is link_class_name(a[i], b[i])."""
-        import numpy as np
         names: dict = {}
         codes = np.asarray([names.setdefault(n, len(names)) for n in self.link_class_names(a, b)], dtype=np.int64)
         return codes, list(names)

@@ -53,6 +53,7 @@ import math
 from dataclasses import dataclass, replace
 
 import networkx as nx
+import numpy as np
 
 from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, path_class, register
 from simtrain.hardware.topology.schema import validate_map
@@ -449,7 +450,6 @@ class FatTree(Fabric):
         return (k % s.planes) * self.lpp + li
 
     def leaf_array(self) -> list:
-        import numpy as np
         return self.leaves_of(np.arange(self.t.num_devices, dtype=np.int64)).tolist()
 
     _CODES = ("self", "scale_up", "domain", "leaf", "spine", "core", "pxn_leaf", "pxn_spine", "pxn_core")
@@ -463,7 +463,6 @@ class FatTree(Fabric):
 
     def link_class_codes(self, a, b) -> tuple:
         """`link_class_name` over arrays of device pairs as codes into `_CODES` (numpy)."""
-        import numpy as np
         a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
         s = self.s
         out = np.empty(len(a), dtype=np.int64)
@@ -503,7 +502,6 @@ class FatTree(Fabric):
         return "core" if (pods != pods[0]).any() else "spine"
 
     def span_class(self, devices) -> str:
-        import numpy as np
         devices = np.asarray(devices, dtype=np.int64)
         if len(np.unique(devices // self.dpn)) <= 1:
             if self.s.domain_topology is not None and len(np.unique(devices // self.dph)) > 1:

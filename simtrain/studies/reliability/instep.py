@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import simpy
 
 from simtrain.engine.core import ready
+from simtrain.errors import SimulationError
 from simtrain.program.ir import stream_sequences
 
 
@@ -115,7 +116,6 @@ def inject(run, rank: int, at_s: float, timeout_s: float = 600.0) -> StepFault:
     classes = run.classes
     cls = next((c for c in classes if rank in c.ranks), None)
     if cls is None:
-        from simtrain.errors import SimulationError
         raise SimulationError(f"rank {rank} is not in this job (ranks 0..{sum(c.multiplicity for c in classes) - 1})")
     ops, tl = run.ops, run.timeline
     durations = [tl.end[i] - tl.start[i] for i in range(len(ops))]

@@ -26,6 +26,7 @@ up to the horizon (or the time to train) and the tests hold them to it.
 """
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -165,7 +166,6 @@ class RandomRun:
     def index_at(self, t):
         while self.ends[-1] <= t and (self.K is None or len(self.ends) < self.K):
             self._grow()
-        import bisect
         return bisect.bisect_right(self.ends, t)
 
     def totals(self, n):

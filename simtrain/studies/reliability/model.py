@@ -34,7 +34,9 @@ import math
 from dataclasses import dataclass, replace
 
 from simtrain.errors import Collector
+from simtrain.schedules import schedule_for
 from simtrain.studies.reliability.config import ReliabilitySpec
+from simtrain.workload.flops import parameter_counts
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,6 @@ def checkpoint_bytes(memory: list, sc) -> tuple:
     p = sc.parallel
     dup = False
     try:
-        from simtrain.schedules import schedule_for
         dup = bool(schedule_for(p, sc.num_microbatches).duplicated_stages)
     except Exception:           # a schedule given as CSV: its stages are never duplicated
         dup = False
@@ -136,7 +137,6 @@ def checkpoint_bytes(memory: list, sc) -> tuple:
         w_rep = rep if p.zero_stage >= 3 else 1
         o_rep = rep if p.zero_stage >= 1 else 1
         return sum(m["weights"] * p.tp * w_rep + m["optimizer"] * p.tp * o_rep for m in memory), "memory model"
-    from simtrain.workload.flops import parameter_counts
     per = 2.0 + (16.0 if sc.training.precision == "fp16" else 12.0)
     return parameter_counts(sc)["total"] * per, "parameter count x bytes per parameter"
 
