@@ -1,10 +1,10 @@
 """Builds the shipped device profiles (simtrain/data/profiles/) from public collective-level data.
 
-    python benchmarks/build_profiles.py        # rewrites the profiles from ../shared/data
+    python benchmarks/build_profiles.py        # rewrites the profiles from validation/data
 
 Each profile refines a device preset (whose GEMM, memory-bound and attention curves already come
 from operator-level measurements, see simtrain/data/devices.yaml) with the nccl-tests sweeps of
-../shared/data/calibration/nccl_busbw.yaml measured on that GPU, turned into collective tables by
+validation/data/nccl-tests/nccl_busbw.yaml measured on that GPU, turned into collective tables by
 the same code as `simtrain calibrate` (fit_alpha_beta). The A100 profile also carries the
 per-operator overhead of the Megatron-DeepSpeed stack, set from the vTrain single-node runs
 (benchmarks/fit_op_overhead.py; the data README allows the single-node set for setting compute
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from simtrain.calibration.fit import PROFILE_SCHEMA, fit_alpha_beta  # noqa: E402
 from simtrain.calibration.nccl_tests import bus_factor  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "calibration" / "nccl_busbw.yaml"
+DATA = ROOT / "validation" / "data" / "nccl-tests" / "nccl_busbw.yaml"
 OUT = ROOT / "simtrain" / "data" / "profiles"
 A100_OP_OVERHEAD_US = 77.2   # benchmarks/fit_op_overhead.py: the single-node MAPE minimum (9.68 %) under the host-queue model
 
@@ -51,7 +51,7 @@ def table(e: dict) -> dict:
     src = e["source"]
     where = src.get("repo", "") + (f" {src['path']}" if src.get("path") else "")
     return {"collective": coll, "ranks": n, "nodes": e["n_nodes"],
-            "source": f"nccl-tests sweep {e['id']} in shared/data/calibration/nccl_busbw.yaml ({where}; {e.get('confidence', '')})",
+            "source": f"nccl-tests sweep {e['id']} in validation/data/nccl-tests/nccl_busbw.yaml ({where}; {e.get('confidence', '')})",
             "alpha_us": round(alpha * 1e6, 3), "peak_busbw_GBps": round(peak / 1e9, 3),
             "points": [{"bytes": b, "time_us": round(t * 1e6, 3), "busbw_GBps": round(b * f / t / 1e9, 3)} for b, t in pts if t > 0]}
 

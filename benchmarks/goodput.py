@@ -3,8 +3,8 @@
     python benchmarks/goodput.py [--trials 1000] [--jobs 2] [--days 30]
 
 The step simulation runs once first (its wall time is printed apart); the Monte-Carlo is timed
-from the first trial to the last result, with the worker processes' start included. Target
-(issue 8): under 10 s on 2 cores. It also prints the trials per second of one process and the
+from the first trial to the last result, with the worker processes' start included. Target:
+under 10 s on 2 cores. It also prints the trials per second of one process and the
 ratio of the parallel to the serial time.
 """
 from __future__ import annotations

@@ -4,7 +4,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "data"
 
 
 def write(path: Path, text: str) -> Path:

@@ -267,7 +267,7 @@ def test_vtrain_fabric_reproduces_its_two_node_measurement():
     """The vTrain A100 fabric (8 x A100, 4 x 200 Gb/s per node) against the one public two-node
     all-reduce of that node design: ~86 GB/s busbw under NCCL's default algorithm (NVIDIA/nccl-tests
     issue #175, shared/data nccl_pt_a100_1node_allreduce). busbw = 2(n-1)/n x size / time, 16 ranks,
-    4 GiB; both backends; within issue 4's 15 %."""
+    4 GiB; both backends; within the 15 % the busbw table holds the analytical model to."""
     topo = load_topology(ROOT / "topologies" / "vtrain-a100.yaml", nodes=2)
     group = list(range(16))
     size = 2.0 ** 32

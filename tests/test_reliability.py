@@ -13,8 +13,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import yaml
-from conftest import ROOT, SHARED, write
+from conftest import ROOT, write
 
+from simtrain import resources
 from simtrain.errors import ConfigError
 from simtrain.spec.loading import load_scenario
 from simtrain.studies.reliability import model as M
@@ -239,9 +240,7 @@ def test_defaults_carry_the_llama3_table5_counts(tmp_path):
     counts = sum(c["count"] for c in d["categories"].values())
     assert counts == d["exposure"]["unexpected"] == 419
     assert d["exposure"]["unexpected"] + d["planned"]["count"] == d["exposure"]["interruptions"] == 466
-    src = SHARED / "reliability" / "reliability.yaml"
-    if not src.is_file():
-        pytest.skip("../shared/data is absent")
+    src = resources.VALIDATION / "reliability" / "reliability.yaml"
     pub = {e["id"]: e for e in yaml.safe_load(src.read_text())}["llama3_reliability_summary"]["measured"]
     assert (pub["unexpected"], pub["interruptions"], pub["planned"], pub["days"], pub["gpus"]) == (419, 466, 47, 54, 16384)
 
