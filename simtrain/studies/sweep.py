@@ -133,6 +133,9 @@ def row_fields(o: Outcome) -> dict:
             "result": json.dumps(r.to_dict(), sort_keys=True)}
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
 def not_a_store(path: Path, why: str) -> ConfigError:
     return ConfigError([Problem(str(path), "", f"is not a sweep store ({why})",
                                 "move it away or delete it to start the sweep afresh, or give another --out directory")])
@@ -152,19 +155,32 @@ class Store:
         except OSError as e:
             raise ConfigError([Problem(str(path), "", f"cannot create the store's directory: {e.strerror}",
                                        "give an --out directory you can write to")])
+        if path.is_file() and path.stat().st_size:
+            with open(path, "rb") as f:
+                if f.read(16) != SQLITE_HEADER:
+                    raise not_a_store(path, "it is not an SQLite file")
+        sidecars = [Path(f"{path}{x}") for x in ("-wal", "-shm", "-journal")]
+        had = {f for f in sidecars if f.exists()}
         try:
             self.db = sqlite3.connect(str(path), timeout=timeout_s)
         except sqlite3.Error as e:
             raise ConfigError([Problem(str(path), "", f"cannot open the sweep store: {e}", "give an --out directory you can write to")])
-        with self._errors():
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute(SCHEMA)
-            self.db.commit()
-            have = [r[1] for r in self.db.execute("PRAGMA table_info(points)")]
-            if tuple(have) != COLUMNS:
-                self.db.close()
-                raise not_a_store(path, f"its table `points` has the columns {', '.join(have)}")
-            self.db.execute("SELECT count(*) FROM points").fetchone()
+        try:
+            with self._errors():
+                if self.db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                    raise not_a_store(path, "the file is damaged (PRAGMA quick_check)")
+                have = [r[1] for r in self.db.execute("PRAGMA table_info(points)")]
+                if have and tuple(have) != COLUMNS:      # checked before anything is written to the file
+                    raise not_a_store(path, f"its table `points` has the columns {', '.join(have)}")
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute(SCHEMA)
+                self.db.commit()
+        except ConfigError:
+            self.db.close()
+            for f in sidecars:         # leave the broken file as it was found
+                if f not in had and f.exists():
+                    f.unlink()
+            raise
 
     def _errors(self):
         return _store_errors(self)
