@@ -30,6 +30,7 @@ Torch is needed only here (`pip install simtrain[bench]`), never to simulate.
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import os
 import platform
 import socket
@@ -42,7 +43,7 @@ import yaml
 
 from simtrain.calibration.nccl_tests import bus_factor
 from simtrain.errors import ConfigError, Problem
-from simtrain.results.io import write_atomic
+from simtrain.results.io import check_out_file, write_atomic
 from simtrain.schedules import schedule_for
 from simtrain.spec.loading import load_scenario
 from simtrain.workload.build import build_workload
@@ -337,9 +338,34 @@ def sizes_between(lo: int, hi: int, factor: int = 2) -> list:
     return out
 
 
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+def check_args(args) -> None:
+    """The arguments that can be wrong before anything is measured (seconds, not a benchmark's run)."""
+    probs = []
+    if args.reps < 1:
+        probs.append(Problem("--reps", "", f"must be >= 1, got {args.reps}", "give the number of timed repetitions, e.g. --reps 20"))
+    if args.warmup < 0:
+        probs.append(Problem("--warmup", "", f"must be >= 0, got {args.warmup}", "give e.g. --warmup 5"))
+    if args.min_bytes < 1 or args.max_bytes < args.min_bytes:
+        probs.append(Problem("--min-bytes", "", f"need 1 <= --min-bytes <= --max-bytes, got {args.min_bytes} and {args.max_bytes}",
+                             "give e.g. --min-bytes 1048576 --max-bytes 1073741824"))
+    if args.collectives and not all(k in os.environ for k in TORCHRUN_ENV):
+        probs.append(Problem("--collectives", "", "needs one process per device, started by torchrun (RANK, WORLD_SIZE and "
+                             "LOCAL_RANK are not set)", "run torchrun --nproc_per_node N -m simtrain bench --collectives -o FILE"))
+    if args.device == "mlu" and importlib.util.find_spec("torch_mlu") is None:
+        probs.append(Problem("--device", "mlu", "torch_mlu (Cambricon's PyTorch extension) is not installed",
+                             "install torch_mlu from Cambricon's SDK, or use --device auto, cuda or cpu"))
+    if probs:
+        raise ConfigError(probs)
+    check_out_file(args.out, "-o")
+
+
 def main(args) -> int:
     """The `simtrain bench` command (see cli)."""
 
+    check_args(args)
     torch = torch_or_exit()
     acc = Accelerator(torch, None if args.device == "auto" else args.device)
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None

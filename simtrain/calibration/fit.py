@@ -32,7 +32,7 @@ from simtrain.calibration import kineto, nccl_tests
 from simtrain.calibration.nccl_tests import bus_factor
 from simtrain.errors import Collector
 from simtrain.hardware.devices import preset_names
-from simtrain.results.io import write_atomic
+from simtrain.results.io import check_out_file, write_atomic
 
 PROFILE_SCHEMA = "simtrain-profile/1"
 
@@ -200,6 +200,7 @@ def _sources(rows: list, dtype: str | None = None) -> str:
 
 def main(args) -> int:
 
+    check_out_file(args.out, "-o")          # before reading the inputs
     prof = build_profile(args.files, args.device, args.base, getattr(args, "command_line", "simtrain calibrate"))
     write_atomic(args.out, yaml.safe_dump(prof, sort_keys=False).encode())
     kinds = [k for k in ("gemm", "memory_bound", "flash_attention", "collectives") if k in prof]

@@ -13,7 +13,7 @@ from simtrain.hardware.topology import load_topology, shipped_topologies
 from simtrain.network.collectives import ALGORITHMS, PROTOCOLS
 from simtrain.network.flows import FLOW_ALGORITHMS
 from simtrain.plan.grid import RankGrid, placement_of
-from simtrain.results.io import write_atomic
+from simtrain.results.io import check_out_file, write_atomic
 from simtrain.results.memory import memory_fit, rank_static
 from simtrain.schedules import SCHEDULES, schedule_for
 from simtrain.schedules.csvio import to_csv
@@ -91,6 +91,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
+    if args.csv:
+        check_out_file(args.csv, "--csv")
     sc, _ = load(args)
     s = schedule_for(sc.parallel, sc.num_microbatches)
     if args.csv:

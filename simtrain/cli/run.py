@@ -12,7 +12,7 @@ import yaml
 from simtrain import __version__
 from simtrain.hardware.topology import Topology
 from simtrain.results.figures import timeline_png
-from simtrain.results.io import to_json, write_atomic
+from simtrain.results.io import check_out_dir, staged_dir, to_json, write_atomic
 from simtrain.results.step import StepResult
 from simtrain.results.trace import chrome_trace
 from simtrain.simulate import simulate
@@ -74,21 +74,31 @@ def summary(r: StepResult, wall: float) -> str:
     return "\n".join(lines)
 
 
+OUT_FILES = ("result.json", "scenario.resolved.yaml", "trace.json", "timeline.png", "run_info.json")
+
+
+def _write_out(out: Path, args: argparse.Namespace, sc: Scenario, topo: Topology, run) -> None:
+    r = run.result
+    write_atomic(out / "result.json", to_json(r).encode())
+    write_atomic(out / "scenario.resolved.yaml", yaml.safe_dump(sc.resolved(), sort_keys=False).encode())
+    write_atomic(out / "trace.json", json.dumps(chrome_trace(run.ops, run.timeline, run.classes, topo, run.link_series)).encode())
+    timeline_png(run.ops, run.timeline, run.classes, out / "timeline.png", f"{sc.name}: step {fmt_time(r.step_time_s)}")
+    write_atomic(out / "run_info.json", to_json({
+        "simtrain_version": __version__, "python": platform.python_version(),
+        "sim_wall_s": run.wall_s, "scenario_file": str(args.scenario), "overrides": list(args.set or ()),
+    }).encode())
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.out:
+        check_out_dir(args.out, "--out", OUT_FILES)      # before simulating: a bad path fails in seconds
     sc, topo = load(args)
     run = simulate(sc, topo)
     r = run.result
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_atomic(out / "result.json", to_json(r).encode())
-        write_atomic(out / "scenario.resolved.yaml", yaml.safe_dump(sc.resolved(), sort_keys=False).encode())
-        write_atomic(out / "trace.json", json.dumps(chrome_trace(run.ops, run.timeline, run.classes, topo, run.link_series)).encode())
-        timeline_png(run.ops, run.timeline, run.classes, out / "timeline.png", f"{sc.name}: step {fmt_time(r.step_time_s)}")
-        write_atomic(out / "run_info.json", to_json({
-            "simtrain_version": __version__, "python": platform.python_version(),
-            "sim_wall_s": run.wall_s, "scenario_file": str(args.scenario), "overrides": list(args.set or ()),
-        }).encode())
+        # written beside --out and moved in together: concurrent runs never mix their files
+        with staged_dir(args.out) as out:
+            _write_out(out, args, sc, topo, run)
     if args.json:
         d = r.to_dict()
         d["sim_wall_s"] = run.wall_s
@@ -96,5 +106,5 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(summary(r, run.wall_s))
         if args.out:
-            print(f"\n  wrote {args.out}/: result.json scenario.resolved.yaml trace.json timeline.png run_info.json")
+            print(f"\n  wrote {args.out}/: {' '.join(OUT_FILES)}")
     return 0

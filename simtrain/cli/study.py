@@ -7,20 +7,21 @@ import sys
 from pathlib import Path
 
 from simtrain import __version__
-from simtrain.results.io import write_atomic
+from simtrain.results.io import check_out_dir, staged_dir, write_atomic
 from simtrain.studies.compare import figure, run_variants, table, to_csv
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.out:
+        check_out_dir(args.out, "--out", ("compare.csv", "compare.png"))    # before simulating
     rows = run_variants(args.scenario, args.set)
     print(f"simtrain {__version__} — compare {args.scenario}")
     print(table(rows))
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_atomic(out / "compare.csv", to_csv(rows).encode())
-        if any(r.result for r in rows):
-            figure(rows, out / "compare.png", f"{Path(args.scenario).name}: pipeline timelines (one representative rank per pipeline stage)")
+        with staged_dir(args.out) as out:        # the files appear together
+            write_atomic(out / "compare.csv", to_csv(rows).encode())
+            if any(r.result for r in rows):
+                figure(rows, out / "compare.png", f"{Path(args.scenario).name}: pipeline timelines (one representative rank per pipeline stage)")
         print(f"\n  wrote {args.out}/: compare.csv" + (" compare.png" if any(r.result for r in rows) else ""))
     bad = [r for r in rows if r.error]
     if bad:

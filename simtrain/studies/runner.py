@@ -5,8 +5,10 @@ loaded and simulated on its own.
         o.result.step_time_s if o.ok else o.error
 
 A set whose scenario does not load (a ConfigError from a bad combination) or does not simulate
-(any SimtrainError) yields an outcome with its error and the next set goes on; anything else is a
-bug and raises. `compare` tabulates the outcomes, `sweep` stores them (in worker processes too:
+(any SimtrainError) yields an outcome with its error and the next set goes on. Any other exception
+is a bug of simtrain at that point: it too becomes the outcome's error (`internal` is true, the
+message says so and names the point), so one bad point never loses the others; `check()` raises
+the original exception, traceback and all, for callers with a single point. `compare` tabulates the outcomes, `sweep` stores them (in worker processes too:
 `run_point` is one set), `search` simulates its chosen plans through it (plans it built itself,
 `Point.scenario`), the reliability study loads and simulates its one scenario with it.
 """
@@ -38,16 +40,24 @@ class Outcome:
     scenario: Scenario | None = None
     topology: Topology | None = None
     run: StepRun | None = None
-    exception: SimtrainError | None = None
+    exception: Exception | None = None
+    path: str = ""
 
     @property
     def ok(self) -> bool:
         return self.exception is None
 
     @property
+    def internal(self) -> bool:
+        """The point failed on a bug (an exception that is not a SimtrainError)."""
+        return self.exception is not None and not isinstance(self.exception, SimtrainError)
+
+    @property
     def error(self) -> str | None:
         """The error's whole text (None when the point ran)."""
-        return None if self.exception is None else str(self.exception)
+        if self.exception is None:
+            return None
+        return str(self.exception) if not self.internal else internal_error(self.path, self.overrides, self.exception)
 
     @property
     def result(self) -> StepResult | None:
@@ -60,15 +70,23 @@ class Outcome:
         return self
 
 
+def internal_error(path, overrides: Sequence[str], e: BaseException) -> str:
+    """The one-line message of a point that failed on a bug rather than on its inputs."""
+    first = (str(e).splitlines() or [""])[0]
+    at = f" with {' '.join(overrides)}" if overrides else ""
+    return (f"{path}: internal error{at}: {type(e).__name__}: {first}; "
+            "this is a bug of simtrain, not of the scenario: please report it with the scenario file and these overrides")
+
+
 def load_point(path: str | Path, point: Point | Sequence[str]) -> Outcome:
     """The point's scenario and topology, loaded (or as given), without simulating."""
     if not isinstance(point, Point):
         point = Point(list(point))
-    o = Outcome(list(point.overrides), point.scenario, point.topology)
+    o = Outcome(list(point.overrides), point.scenario, point.topology, path=str(path))
     if o.scenario is None:
         try:
             o.scenario, o.topology = load_scenario(path, o.overrides)
-        except SimtrainError as e:
+        except Exception as e:         # a bug at one point must not stop the others (see `internal`)
             o.exception = e
     return o
 
@@ -78,7 +96,7 @@ def simulate_point(o: Outcome) -> Outcome:
     if o.exception is None and o.run is None:
         try:
             o.run = simulate(o.scenario, o.topology)
-        except SimtrainError as e:
+        except Exception as e:         # a bug at one point must not stop the others (see `internal`)
             o.exception = e
     return o
 

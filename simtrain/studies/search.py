@@ -41,7 +41,7 @@ from simtrain.hardware.devices import device_of
 from simtrain.hardware.topology import Topology, find_topology_file, load_topology
 from simtrain.network.collectives import Cost, choose
 from simtrain.results.figures import save_figure
-from simtrain.results.io import write_atomic
+from simtrain.results.io import check_out_dir, staged_dir, write_atomic
 from simtrain.results.memory import memory_fit, rank_static
 from simtrain.results.step import StepResult
 from simtrain.schedules import SCHEDULES, Schedule, schedule_for
@@ -586,6 +586,8 @@ def main(args: argparse.Namespace) -> int:
     if any(z not in (0, 1, 2, 3) for z in zero):
         raise ConfigError([Problem("--zero", "", f"ZeRO stages are 0..3, got {args.zero!r}", "write e.g. `--zero 0,1,2`")])
     scheds = tuple(s.strip() for s in args.schedules.split(",")) if args.schedules else DEFAULT_SCHEDULES
+    if args.out:
+        check_out_dir(args.out, "--out", ("best.yaml", "search.csv", "search.png"))    # before searching
     res = search(path, args.objective, args.fix or (), args.max_candidates, nodes, scheds, args.max_mb, zero)
     print(f"simtrain {__version__} — search {path} (objective {res.objective})")
     print(f"  {res.enumerated} plans enumerated, {res.invalid} rejected by the scenario checks, {res.memory_pruned} pruned by the "
@@ -603,10 +605,10 @@ def main(args: argparse.Namespace) -> int:
             print("  warning: no simulated plan fits in memory; raise --max-candidates or relax --fix")
     if args.out:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_atomic(out / "best.yaml", yaml.safe_dump(best_scenario(res, path), sort_keys=False).encode())
-        write_atomic(out / "search.csv", to_csv(res).encode())
-        figure(res, out / "search.png", f"{path.name}: {res.simulated} simulated plans (best {fmt_time(best.result.step_time_s)})"
-               if best.result else path.name)
+        with staged_dir(out) as tmp:             # the files appear together
+            write_atomic(tmp / "best.yaml", yaml.safe_dump(best_scenario(res, path), sort_keys=False).encode())
+            write_atomic(tmp / "search.csv", to_csv(res).encode())
+            figure(res, tmp / "search.png", f"{path.name}: {res.simulated} simulated plans (best {fmt_time(best.result.step_time_s)})"
+                   if best.result else path.name)
         print(f"\n  wrote {out}/: best.yaml (run it: simtrain run {out}/best.yaml) search.csv search.png")
     return 0

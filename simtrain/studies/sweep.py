@@ -15,8 +15,11 @@ appending one row per point means one file per row or a rewrite per row.
 
 Two override lists that resolve to the same scenario (a value equal to the default) share a key
 and are simulated once. A point whose scenario does not load (a ConfigError from a bad
-combination) or does not simulate (any SimtrainError) is stored with its error text; the sweep
-goes on. Rows carry no wall-clock times, so serial, process and dask executors give identical rows
+combination) or does not simulate (any SimtrainError) is stored with its error text (status
+`error`, kept on a rerun: it would fail the same way); a point that fails on anything else (a bug,
+a worker process that died) is stored with status `failed` and its message, and a rerun tries it
+again. The sweep goes on either way and the command exits 2 when any point of the grid has no
+result. Rows carry no wall-clock times, so serial, process and dask executors give identical rows
 (listed sorted by key).
 
 Executors: `serial` (this process), `process` (concurrent.futures.ProcessPoolExecutor over all
@@ -32,11 +35,14 @@ import io
 import itertools
 import json
 import os
+import signal
 import sqlite3
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import as_completed as futures_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,10 +50,10 @@ import yaml
 
 from simtrain.errors import Collector, ConfigError, Problem, SimtrainError
 from simtrain.results.figures import save_figure
-from simtrain.results.io import write_atomic
+from simtrain.results.io import check_out_dir, write_atomic
 from simtrain.spec.loading import load_scenario
 from simtrain.studies.compare import split_values
-from simtrain.studies.runner import Outcome, run_factors
+from simtrain.studies.runner import Outcome, internal_error, run_factors
 from simtrain.units import fmt_bytes, fmt_time
 
 COLUMNS = ("key", "overrides", "status", "error", "step_time_s", "tokens_per_s", "mfu", "peak_memory_bytes",
@@ -119,7 +125,7 @@ def run_point(path: str, overrides: list) -> dict:
 
 def row_fields(o: Outcome) -> dict:
     if not o.ok:
-        return {"status": "error", "error": o.error}
+        return {"status": "failed" if o.internal else "error", "error": o.error}
     r = o.result
     return {"status": "ok", "error": None, "step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s,
             "mfu": r.mfu, "peak_memory_bytes": r.peak_memory_bytes, "fits_in_memory": int(bool(r.fits_in_memory)),
@@ -127,31 +133,92 @@ def row_fields(o: Outcome) -> dict:
             "result": json.dumps(r.to_dict(), sort_keys=True)}
 
 
-class Store:
-    """The SQLite result store: one committed row per point."""
+SQLITE_HEADER = b"SQLite format 3\x00"
 
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(path))
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute(SCHEMA)
-        self.db.commit()
+
+def not_a_store(path: Path, why: str) -> ConfigError:
+    return ConfigError([Problem(str(path), "", f"is not a sweep store ({why})",
+                                "move it away or delete it to start the sweep afresh, or give another --out directory")])
+
+
+class Store:
+    """The SQLite result store: one committed row per point. A file that is not a store (not
+    SQLite, truncated, another table layout) raises a ConfigError naming it; so does a store
+    another process keeps locked past the timeout."""
+
+    def __init__(self, path: Path, timeout_s: float = 30.0):
+        self.path = path
+        if path.is_dir():
+            raise not_a_store(path, "it is a directory")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError([Problem(str(path), "", f"cannot create the store's directory: {e.strerror}",
+                                       "give an --out directory you can write to")])
+        if path.is_file() and path.stat().st_size:
+            with open(path, "rb") as f:
+                if f.read(16) != SQLITE_HEADER:
+                    raise not_a_store(path, "it is not an SQLite file")
+        sidecars = [Path(f"{path}{x}") for x in ("-wal", "-shm", "-journal")]
+        had = {f for f in sidecars if f.exists()}
+        try:
+            self.db = sqlite3.connect(str(path), timeout=timeout_s)
+        except sqlite3.Error as e:
+            raise ConfigError([Problem(str(path), "", f"cannot open the sweep store: {e}", "give an --out directory you can write to")])
+        try:
+            with self._errors():
+                if self.db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                    raise not_a_store(path, "the file is damaged (PRAGMA quick_check)")
+                have = [r[1] for r in self.db.execute("PRAGMA table_info(points)")]
+                if have and tuple(have) != COLUMNS:      # checked before anything is written to the file
+                    raise not_a_store(path, f"its table `points` has the columns {', '.join(have)}")
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute(SCHEMA)
+                self.db.commit()
+        except ConfigError:
+            self.db.close()
+            for f in sidecars:         # leave the broken file as it was found
+                if f not in had and f.exists():
+                    f.unlink()
+            raise
+
+    def _errors(self):
+        return _store_errors(self)
 
     def keys(self) -> set:
-        return {k for (k,) in self.db.execute("SELECT key FROM points")}
+        """Keys with a result or a deterministic error; `failed` points are tried again."""
+        with self._errors():
+            return {k for (k,) in self.db.execute("SELECT key FROM points WHERE status != 'failed'")}
 
     def put(self, row: dict) -> None:
-        with self.db:        # one transaction per row: committed whole or not at all
+        with self._errors(), self.db:        # one transaction per row: committed whole or not at all
             self.db.execute(f"INSERT OR REPLACE INTO points ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
                             tuple(row.get(c) for c in COLUMNS))
 
     def rows(self, keys=None) -> list:
-        cur = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM points ORDER BY key")
-        out = [dict(zip(COLUMNS, r)) for r in cur]
+        with self._errors():
+            cur = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM points ORDER BY key")
+            out = [dict(zip(COLUMNS, r)) for r in cur]
         return out if keys is None else [r for r in out if r["key"] in keys]
 
     def close(self) -> None:
         self.db.close()
+
+
+@contextmanager
+def _store_errors(store: Store):
+    """sqlite3 errors of a Store as ConfigErrors naming its file."""
+    try:
+        yield
+    except sqlite3.Error as e:
+        path, text = store.path, str(e)
+        if "locked" in text:
+            raise ConfigError([Problem(str(path), "", f"the sweep store is locked by another process ({text})",
+                                       "wait for the other sweep to finish, or give another --out directory")]) from None
+        if not isinstance(e, sqlite3.OperationalError) or "not a database" in text or "malformed" in text:
+            raise not_a_store(path, text) from None
+        raise ConfigError([Problem(str(path), "", f"the sweep store cannot be written: {text}",
+                                   "check the directory's permissions and free space, or give another --out directory")]) from None
 
 
 @dataclass
@@ -195,22 +262,61 @@ class Progress:
         self.stream.flush()
 
 
+PARENT_POLL_S = 0.5
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Worker initializer: a thread that ends this worker once the sweep's process is gone (killed
+    with SIGKILL, it cannot stop its workers itself; a reparented worker sees another parent)."""
+    def watch():
+        while True:
+            time.sleep(PARENT_POLL_S)
+            if os.getppid() != parent:
+                os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)       # Ctrl-C goes to the parent, which ends the workers
+    threading.Thread(target=watch, name="simtrain-parent-watch", daemon=True).start()
+
+
+def _failed(jobs_by_key: dict, key: str, e: BaseException) -> dict:
+    path, over = jobs_by_key[key]
+    return {"status": "failed", "error": internal_error(path, over, e)}
+
+
+def _stop_workers(ex: ProcessPoolExecutor) -> None:
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    ex.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=5)
+
+
 def _iter_results(executor: str, jobs: list, client=None, workers: int | None = None):
-    """Yields (key, fields) as points finish, in whatever order the executor finishes them."""
+    """Yields (key, fields) as points finish, in whatever order the executor finishes them. A point
+    whose worker raised or died yields a `failed` row; the others go on."""
+    by_key = {key: (path, over) for key, path, over in jobs}
     if executor == "serial":
         outcomes = run_factors(jobs[0][1], [over for _, _, over in jobs]) if jobs else ()
         for (key, _, _), o in zip(jobs, outcomes):
             yield key, row_fields(o)
     elif executor == "process":
-        with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as ex:
+        if not jobs:
+            return
+        ex = ProcessPoolExecutor(max_workers=min(len(jobs), workers or os.cpu_count() or 1),
+                                 initializer=_exit_with_parent, initargs=(os.getpid(),))
+        try:
             futs = {ex.submit(run_point, path, over): key for key, path, over in jobs}
-            try:
-                for f in futures_completed(futs):
-                    yield futs[f], f.result()
-            except BaseException:
-                for f in futs:
-                    f.cancel()
-                raise
+            for f in futures_completed(futs):
+                try:
+                    fields = f.result()
+                except Exception as e:         # the worker died or the point could not travel
+                    fields = _failed(by_key, futs[f], e)
+                yield futs[f], fields
+        except BaseException:
+            _stop_workers(ex)
+            raise
+        ex.shutdown(wait=True)
     elif executor == "dask":
         from distributed import as_completed
         futs = {}
@@ -218,7 +324,11 @@ def _iter_results(executor: str, jobs: list, client=None, workers: int | None = 
             futs[client.submit(run_point, path, over, key=f"simtrain-point-{key}", pure=False)] = key
         try:
             for f in as_completed(list(futs)):
-                yield futs[f], f.result()
+                try:
+                    fields = f.result()
+                except Exception as e:         # the worker died, or the point failed to travel
+                    fields = _failed(by_key, futs[f], e)
+                yield futs[f], fields
         except BaseException:
             client.cancel(list(futs))
             raise
@@ -241,10 +351,12 @@ def sweep(path, grid, fixed=(), out: Path = Path("sweep"), executor: str = "seri
             try:
                 sc, _ = load_scenario(path, over)
                 key = scenario_key(sc)
-            except SimtrainError as e:
+            except Exception as e:        # a bug at one point is that point's row, not the sweep's end
                 key = error_key(path, over)
                 if key not in have and key not in keys:
-                    errors.append({"key": key, "overrides": json.dumps(over), "status": "error", "error": str(e)})
+                    bug = not isinstance(e, SimtrainError)
+                    errors.append({"key": key, "overrides": json.dumps(over), "status": "failed" if bug else "error",
+                                   "error": internal_error(path, over, e) if bug else str(e)})
                 keys.setdefault(key, over)
                 continue
             if key not in keys:
@@ -335,20 +447,64 @@ def scaling_figure(rows, x_key: str, path: Path, title: str, price: float | None
     return pts
 
 
+SCHEDULER_TIMEOUT_S = 5.0
+OUT_FILES = ("sweep.sqlite", "sweep.csv", "scaling.png")
+
+
+def check_plot_x(grid, key: str) -> None:
+    """--plot-x must be a grid key whose values are numbers: checked before anything runs."""
+    values = {}
+    for g in grid or ():
+        k, _, val = g.partition("=")
+        keys = [x.strip() for x in k.split("+")]
+        for v in split_values(val):
+            parts = v.split("+") if len(keys) > 1 else [v]
+            for kk, vv in zip(keys, parts):
+                values.setdefault(kk, []).append(vv.strip())
+    if key not in values:
+        raise ConfigError([Problem("--plot-x", key, "is not a key of the grid",
+                                   f"use one of: {', '.join(values)}" if values else "add it with --grid")])
+    for v in values[key]:
+        try:
+            x = yaml.safe_load(v)
+        except yaml.YAMLError:
+            x = v
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            kind = "a list" if isinstance(x, list) else ("a mapping" if isinstance(x, dict) else "not a number")
+            raise ConfigError([Problem("--plot-x", key, f"its value {v!r} is {kind}, and the x axis needs numbers",
+                                       "plot against a grid key with numeric values, e.g. cluster.nodes")])
+
+
+def connect(scheduler: str):
+    """A distributed.Client of `scheduler`, or a ConfigError within SCHEDULER_TIMEOUT_S."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ConfigError([Problem("--executor", "", "dask is not installed", "pip install 'simtrain[dask]'")])
+    try:
+        return Client(scheduler, timeout=SCHEDULER_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise ConfigError([Problem("--scheduler", scheduler, f"cannot reach the Dask scheduler within {SCHEDULER_TIMEOUT_S:g} s "
+                                   f"({type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]})",
+                                   "start it (`dask scheduler` prints its address) and check host, port and firewall")]) from None
+
+
 def main(args: argparse.Namespace) -> int:
     if not args.grid:
         raise ConfigError([Problem("--grid", "", "no grid given", "add e.g. `--grid parallel.tp=4,8`")])
     out = Path(args.out or f"{Path(args.scenario).stem}.sweep")
+    parse_grid(args.grid, args.set or ())          # grid syntax, before anything is created
+    if args.plot_x:
+        check_plot_x(args.grid, args.plot_x)
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError([Problem("--workers", "", f"must be >= 1, got {args.workers}", "give a whole number >= 1, or leave it out for all cores")])
+    check_out_dir(out, "--out", OUT_FILES)
     client = None
     if args.executor == "dask":
-        try:
-            from distributed import Client
-        except ImportError:
-            raise ConfigError([Problem("--executor", "", "dask is not installed", "pip install 'simtrain[dask]'")])
         if not args.scheduler:
             raise ConfigError([Problem("--scheduler", "", "--executor dask needs the scheduler address",
                                        "add e.g. `--scheduler tcp://10.0.0.5:8786` (the address `dask scheduler` prints)")])
-        client = Client(args.scheduler)
+        client = connect(args.scheduler)
     try:
         rows, st = sweep(args.scenario, args.grid, args.set or (), out, args.executor, client, args.workers)
     finally:
@@ -368,4 +524,8 @@ def main(args: argparse.Namespace) -> int:
           f"{st.computed} computed ({st.failed} failed) in {st.wall_s:.1f} s with the {args.executor} executor")
     print(table(rows))
     print(f"\n  wrote {out}/: sweep.sqlite (table points, keyed by the resolved scenario's hash) {wrote}")
+    if st.failed:
+        print(f"\n  {st.failed} of {st.distinct} points have no result (status error or failed in {out / 'sweep.csv'}); "
+              "a rerun keeps the results and tries failed points again", file=sys.stderr)
+        return 2
     return 0

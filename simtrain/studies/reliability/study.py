@@ -23,7 +23,7 @@ import yaml
 
 from simtrain import __version__
 from simtrain.errors import ConfigError, Problem
-from simtrain.results.io import to_json, write_atomic
+from simtrain.results.io import check_out_dir, staged_dir, to_json, write_atomic
 from simtrain.studies.reliability import model as M
 from simtrain.studies.reliability.config import METHODS, defaults, load_spec, parse_duration
 from simtrain.studies.reliability.instep import inject, trace
@@ -33,6 +33,9 @@ from simtrain.studies.reliability.optimize import daly, daly_goodput, exact_opti
 from simtrain.studies.reliability.plots import sweep_png, timeline_png
 from simtrain.studies.runner import load_point, simulate_point
 from simtrain.units import UnitError
+
+OUT_FILES = ("result.json", "scenario.resolved.yaml", "timeline.json", "timeline.png", "sweep.csv", "goodput_vs_interval.png",
+             "whatif.csv", "step_fault_trace.json", "run_info.json")
 
 
 def auto_interval_steps(p: M.JobParams) -> int:
@@ -108,6 +111,8 @@ def study(path, overrides=(), days=None, tokens=None, trials=None, seed=None, jo
           sweep_points=13, spares=None, methods=None, out=None, log=None, timeline_days=None, step_fault=None) -> dict:
     """step_fault = (rank, seconds into the step): also inject a failure inside one step (instep.py)."""
     t0 = time.perf_counter()
+    if out:
+        check_out_dir(out, "--out", OUT_FILES)       # before simulating: a bad path fails in seconds
     point = load_point(path, list(overrides)).check()
     sc, topo = point.scenario, point.topology
     spec = load_spec(path, overrides)
@@ -183,27 +188,27 @@ def study(path, overrides=(), days=None, tokens=None, trials=None, seed=None, jo
     rec, events, marks = run_trial(p, n, spec.seed, 0, record=True)
     result["timeline_trial"] = {"trial": 0, "goodput": rec["goodput"], "interruptions": rec["interruptions"]}
     if out:
-        o = Path(out)
-        o.mkdir(parents=True, exist_ok=True)
-        write_atomic(o / "result.json", to_json(result).encode())
-        write_atomic(o / "scenario.resolved.yaml", yaml.safe_dump(sc.resolved(), sort_keys=False).encode())
-        write_atomic(o / "timeline.json", json.dumps({"events": [list(e) for e in events], "failures": [list(m) for m in marks]}).encode())
-        end = rec["time_s"]
-        timeline_png(events, marks, end, o / "timeline.png",
-                     f"{sc.name}: trial 0" + (f", first {timeline_days:g} of {end / 86400:g} days" if timeline_days else "")
-                     + f" ({rec['interruptions']} failures in all, goodput {100 * rec['goodput']:.1f} %)", timeline_days)
-        if sweep:
-            write_atomic(o / "sweep.csv", sweep_csv(result["sweep"]).encode())
-            sweep_png(result["sweep"], o / "goodput_vs_interval.png",
-                      f"{sc.name}: goodput vs checkpoint interval ({p.method}, {_span(spec)})")
-        if variants:
-            write_atomic(o / "whatif.csv", whatif_csv(result["what_if"]).encode())
-        if fault is not None:
-            write_atomic(o / "step_fault_trace.json", json.dumps(trace(run, fault)).encode())
-        write_atomic(o / "run_info.json", to_json({"simtrain_version": __version__, "python": platform.python_version(),
-                                                   "scenario_file": str(path), "overrides": list(overrides), "jobs": jobs,
-                                                   "step_sim_wall_s": step_wall, "monte_carlo_wall_s": mc_wall,
-                                                   "total_wall_s": time.perf_counter() - t0}).encode())
+        # written beside --out and moved in together (trials/ stays: it is the resume store)
+        with staged_dir(out) as o:
+            write_atomic(o / "result.json", to_json(result).encode())
+            write_atomic(o / "scenario.resolved.yaml", yaml.safe_dump(sc.resolved(), sort_keys=False).encode())
+            write_atomic(o / "timeline.json", json.dumps({"events": [list(e) for e in events], "failures": [list(m) for m in marks]}).encode())
+            end = rec["time_s"]
+            timeline_png(events, marks, end, o / "timeline.png",
+                         f"{sc.name}: trial 0" + (f", first {timeline_days:g} of {end / 86400:g} days" if timeline_days else "")
+                         + f" ({rec['interruptions']} failures in all, goodput {100 * rec['goodput']:.1f} %)", timeline_days)
+            if sweep:
+                write_atomic(o / "sweep.csv", sweep_csv(result["sweep"]).encode())
+                sweep_png(result["sweep"], o / "goodput_vs_interval.png",
+                          f"{sc.name}: goodput vs checkpoint interval ({p.method}, {_span(spec)})")
+            if variants:
+                write_atomic(o / "whatif.csv", whatif_csv(result["what_if"]).encode())
+            if fault is not None:
+                write_atomic(o / "step_fault_trace.json", json.dumps(trace(run, fault)).encode())
+            write_atomic(o / "run_info.json", to_json({"simtrain_version": __version__, "python": platform.python_version(),
+                                                       "scenario_file": str(path), "overrides": list(overrides), "jobs": jobs,
+                                                       "step_sim_wall_s": step_wall, "monte_carlo_wall_s": mc_wall,
+                                                       "total_wall_s": time.perf_counter() - t0}).encode())
     result["_wall"] = {"step_sim_s": step_wall, "monte_carlo_s": mc_wall}
     return result
 
