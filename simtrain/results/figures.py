@@ -6,6 +6,7 @@ through `plain` so a `$` in a scenario name or a price stays a dollar sign, not 
 """
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -63,10 +64,25 @@ def _merge(spans: list[tuple[float, float]], tol: float) -> list[tuple[float, fl
     return [(s, e - s) for s, e in out]
 
 
+def _busy_profile(spans: list[tuple[float, float]], lo: float, hi: float, bins: int) -> list[float]:
+    """Fraction of each of `bins` equal slices of [lo, hi] that `spans` (start, duration) cover."""
+    w = (hi - lo) / bins
+    busy = [0.0] * bins
+    for s, d in spans:
+        a, b = max(s, lo), min(s + d, hi)
+        i = int((a - lo) / w) if w > 0 else 0
+        while a < b and i < bins:
+            edge = lo + (i + 1) * w
+            busy[i] += min(b, edge) - a
+            a, i = edge, i + 1
+    return [min(1.0, x / w) if w > 0 else 0.0 for x in busy]
+
+
 def _draw_rows(ax: Axes, bars: dict, rows: int, lo: float, hi: float, summarised: set[int]) -> None:
-    """Draws the rows of `bars` (seconds) in ms on ax over [lo, hi] s. Rows in `summarised` get one
-    merged bar of compute (the optimizer kept apart) and merged communication per kind. The
-    optimizer is drawn last and at least 1/300 of the window wide, so it stays visible."""
+    """Draws the rows of `bars` (seconds) in ms on ax over [lo, hi] s. A row in `summarised` shows
+    its compute as a utilisation profile (the band's height is the busy fraction of each of 120
+    slices of the window) and its communication merged per kind; the optimizer is kept apart.
+    The optimizer is drawn last and at least 1/300 of the window wide, so it stays visible."""
     scale = 1e3
     tol = (hi - lo) / 1500.0
     minw = (hi - lo) / 300.0
@@ -77,14 +93,22 @@ def _draw_rows(ax: Axes, bars: dict, rows: int, lo: float, hi: float, summarised
         else:
             merged.setdefault((r, cat, lane), []).extend(spans)
     for (r, cat, lane), spans in sorted(merged.items(), key=lambda kv: (kv[0][1] == "opt", kv[0])):
-        if r in summarised or cat == "busy":
+        y = rows - 1 - r
+        if cat == "busy":
+            bins = 120
+            util = _busy_profile(spans, lo, hi, bins)
+            xs = [(lo + i * (hi - lo) / bins) * scale for i in range(bins + 1)]
+            col = ax.fill_between(xs, y - 0.35, [y - 0.35 + 0.5 * u for u in util + util[-1:]], step="post",
+                                  color=COLORS["busy"], linewidth=0, zorder=2)
+            col.set_gid(f"busy:{r}")
+            continue
+        if r in summarised:
             spans = _merge(spans, tol)
         if cat == "opt":
             spans = [(s, max(d, minw)) for s, d in spans]
         spans = [(s * scale, d * scale) for s, d in spans if s + d >= lo and s <= hi]
         if not spans:
             continue
-        y = rows - 1 - r
         box = (y - 0.35, 0.5) if lane == 0 else (y + 0.18, 0.17)
         col = ax.broken_barh(spans, box, facecolors=COLORS.get(cat, "#999999"), linewidth=0,
                              zorder=3 if cat == "opt" else 2)
@@ -92,6 +116,12 @@ def _draw_rows(ax: Axes, bars: dict, rows: int, lo: float, hi: float, summarised
     ax.set_facecolor("#F2F2F2")
     ax.set_xlim(lo * scale, hi * scale)
     ax.set_ylim(-0.6, rows - 0.4)
+
+
+def _ms(v: float, span: float) -> str:
+    """v seconds in ms with the decimals a window of `span` seconds needs: 1,426 or 0.062."""
+    d = max(0, min(4, 2 - math.floor(math.log10(span * 1e3)))) if span > 0 else 0
+    return f"{v * 1e3:,.{d}f}"
 
 
 def _zoom_windows(ops: list[EOp], tl: Timeline, row_of: dict[int, int]) -> tuple[float, float]:
@@ -120,8 +150,8 @@ def timeline_figure(ops: list[EOp], tl: Timeline, classes: list[RankClass], titl
     """The step's timeline: one row per rank class, compute on the wide band, communication on
     the thin band above it, idle as grey background. Up to `detail_microbatches` microbatches
     every row is drawn in full. Above that, the full-step panel keeps the first and last
-    pipeline ranks in full and summarises the others (one bar of compute, the optimizer kept
-    apart), and two panels below zoom on the warm-up and the tail with every row in full."""
+    pipeline ranks in full and summarises the others (their compute as a busy-fraction profile,
+    the optimizer kept apart), and two panels below zoom on the warm-up and the tail with every row in full."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -158,7 +188,7 @@ def timeline_figure(ops: list[EOp], tl: Timeline, classes: list[RankClass], titl
             _draw_rows(zax, bars, rows, lo, hi, set())
             zax.set_yticks([rows - 1 - i for i in range(rows)])
             zax.set_yticklabels([f"stage {c.stage}" for c in classes], fontsize=7)
-            zax.set_title(f"{name} ({lo * 1e3:,.0f}–{hi * 1e3:,.0f} ms)", fontsize=9, loc="left")
+            zax.set_title(f"{name} ({_ms(lo, hi - lo)}–{_ms(hi, hi - lo)} ms)", fontsize=9, loc="left")
             zax.set_xlabel("time (ms)", fontsize=8)
             zax.tick_params(labelsize=7)
             ax.axvspan(lo * 1e3, hi * 1e3, color="#333333", alpha=0.07, zorder=1, lw=0)
@@ -168,7 +198,7 @@ def timeline_figure(ops: list[EOp], tl: Timeline, classes: list[RankClass], titl
     cats = {op.category for op in ops} | {x[1] for op in ops for x in op.fused}
     legend = [(k, lab) for k, lab in LEGEND if k in ("F", "B", "W", "opt", "tp", "pp", "dp") or k in cats]
     if summarised:
-        legend.insert(0, ("busy", "compute (summarised row)"))
+        legend.insert(0, ("busy", "compute busy fraction (summarised row)"))
     fig.legend(handles=[Patch(color=COLORS[k], label=lab) for k, lab in legend], loc="lower center",
                ncol=len(legend), fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.05 / height))
     return fig
