@@ -26,6 +26,8 @@ from simtrain.units import fmt_time
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from simtrain.simulate import StepRun
+
 GiB = 2.0**30
 
 
@@ -93,7 +95,7 @@ def run_variants(scenario: str | Path, sets) -> list[Row]:
     return rows
 
 
-def compute_spans(run) -> list:
+def compute_spans(run: StepRun) -> list[tuple]:
     """One block per action of one representative class per pipeline rank: (rank, category,
     start, end, microbatch, chunk, lane). A block runs from the action's first to its last
     kernel (tensor-parallel waits inside it included); blocks of an overlapped pair share the

@@ -30,7 +30,7 @@ def sweep_figure(sweep: dict, title: str) -> Figure:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
-    def pct(v: list) -> list:
+    def pct(v: list[float]) -> list[float]:
         return [100.0 * a for a in v]
 
     x = [t / 60 for t in sweep["intervals_s"]]
@@ -83,7 +83,8 @@ def _solid(segs: list[tuple[float, float]], gap: float, wmin: float) -> list[tup
     return [(s, e - s) for s, e in out]
 
 
-def timeline_figure(events: list, marks: list, horizon_s: float, title: str, days: float | None = None) -> Figure:
+def timeline_figure(events: list[tuple[float, float, str]], marks: list[tuple[float, str]], horizon_s: float, title: str,
+                    days: float | None = None) -> Figure:
     """Phases of one trial as bars on one row per kind, each row labelled with its share of the
     wall time shown (%); failures as red ticks on top, planned interruptions grey. Phases closer
     than a pixel are joined, so the rows read as solid bars at any span."""
@@ -123,6 +124,7 @@ def timeline_figure(events: list, marks: list, horizon_s: float, title: str, day
     return fig
 
 
-def timeline_png(events: list, marks: list, horizon_s: float, path: Path, title: str, days: float | None = None) -> None:
+def timeline_png(events: list[tuple[float, float, str]], marks: list[tuple[float, str]], horizon_s: float, path: Path,
+                 title: str, days: float | None = None) -> None:
     """Writes `timeline_figure` to `path`."""
     save_figure(timeline_figure(events, marks, horizon_s, title, days), path, dpi=120)
