@@ -16,11 +16,17 @@ import io
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from simtrain.results.figures import COLORS, save_figure
+from simtrain.results.figures import COLORS, plain, save_figure
 from simtrain.results.step import StepResult
 from simtrain.studies.runner import run_factors
 from simtrain.units import fmt_time
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from simtrain.simulate import StepRun
 
 GiB = 2.0**30
 
@@ -89,19 +95,24 @@ def run_variants(scenario: str | Path, sets) -> list[Row]:
     return rows
 
 
-def compute_spans(run) -> list:
+def compute_spans(run: StepRun) -> list[tuple]:
     """One block per action of one representative class per pipeline rank: (rank, category,
     start, end, microbatch, chunk, lane). A block runs from the action's first to its last
     kernel (tensor-parallel waits inside it included); blocks of an overlapped pair share the
-    time, so they get lanes 1 (upper half) and 2 (lower half); lane 0 is the full row."""
+    time, so they get lanes 1 (upper half) and 2 (lower half); lane 0 is the full row. The
+    data-parallel communication (gradient reduction, parameter gathers) follows as category
+    "dp" blocks on lane 3, a thin band above the row, overlapping transfers joined."""
     rep = {}
     for c in run.classes:
         rep.setdefault(c.stage, c.id)
     want = {cid: st for st, cid in rep.items()}
     tl = run.timeline
     blocks: dict = {}
+    dp: dict = {}
     for o in run.ops:
-        if o.cls in want and o.stream == "compute" and tl.end[o.id] > tl.start[o.id]:
+        if o.cls not in want or tl.end[o.id] <= tl.start[o.id]:
+            continue
+        if o.stream == "compute":
             key = (want[o.cls], o.category, o.mb, o.chunk)
             b = blocks.get(key)
             if b is None:
@@ -109,6 +120,8 @@ def compute_spans(run) -> list:
             else:
                 b[0] = min(b[0], tl.start[o.id])
                 b[1] = max(b[1], tl.end[o.id])
+        elif o.category == "dp":
+            dp.setdefault(want[o.cls], []).append((tl.start[o.id], tl.end[o.id]))
     out = []
     by_rank: dict = {}
     for key, (s, e) in blocks.items():
@@ -124,6 +137,14 @@ def compute_spans(run) -> list:
                 lanes[a], lanes[b] = (1, 2) if fa else (2, 1)
         for (s, e, key), lane in zip(items, lanes):
             out.append((rank, key[1], s, e, key[2], key[3], lane))
+    for rank in sorted(dp):
+        joined: list = []
+        for s, e in sorted(dp[rank]):
+            if joined and s <= joined[-1][1]:
+                joined[-1][1] = max(joined[-1][1], e)
+            else:
+                joined.append([s, e])
+        out += [(rank, "dp", s, e, -1, 0, 3) for s, e in joined]
     return out
 
 
@@ -166,34 +187,55 @@ def to_csv(rows) -> str:
     return buf.getvalue()
 
 
-def figure(rows, path: Path, title: str) -> None:
-    """Timelines of the variants one above the other (stage rows, F/B/W coloured, idle grey, same
-    time axis), then bars of step time and peak memory."""
+def _row_height(pp: int) -> float:
+    """Inches per pipeline rank in a timeline panel: 0.28 up to 8 ranks, then shrinking so a
+    panel stays near 2.4 inches, never below 0.08 (32 ranks: 2.6 inches)."""
+    return max(0.08, min(0.28, 2.4 / max(pp, 1)))
+
+
+def compare_figure(rows: list[Row], title: str) -> Figure:
+    """Timelines of the variants one above the other (stage rows, F/B/W coloured, the
+    data-parallel communication and the optimizer step after them, idle grey, same time axis),
+    then bars of step time and peak memory with their values. The figure is laid out in inches
+    from its content: each panel is as tall as its ranks need, the gaps are fixed."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
     ok = [r for r in rows if r.result]
-    heights = [max(1.2, 0.28 * r.pp + 0.6) for r in ok] + [2.4]
-    total = sum(heights) + 0.25 * len(heights) + 0.9
-    fig = plt.figure(figsize=(14, total), dpi=110)
-    gs = fig.add_gridspec(len(heights), 2, height_ratios=heights, hspace=0.55, wspace=0.18,
-                          top=1 - 0.75 / total, bottom=0.45 / total)
+    W = 14.0
+    head, ptitle, ticks, xlab, gap_bars = 0.75, 0.32, 0.3, 0.3, 0.4
+    panel = [r.pp * _row_height(r.pp) + 0.3 for r in ok]
+    bars_h = 0.32 * max(len(ok), 1) + 0.45
+    H = head + sum(ptitle + h + ticks for h in panel) + xlab + gap_bars + bars_h + 0.45
+    fig = plt.figure(figsize=(W, H), dpi=110)
+    left, width = 0.07, 0.92
+
+    def rect(top_in: float, h_in: float, x0: float = left, w: float = width) -> tuple:
+        return (x0, 1 - (top_in + h_in) / H, w, h_in / H)
+
     tmax = max((r.step for r in ok), default=1.0) * 1e3
-    for i, r in enumerate(ok):
-        ax = fig.add_subplot(gs[i, :])
+    y = head
+    ax = None
+    for r, h in zip(ok, panel):
+        y += ptitle
+        ax = fig.add_axes(rect(y, h))
+        y += h + ticks
         ax.set_facecolor("#E6E6E6")
-        by = {}
+        by: dict = {}
         for rank, cat, s, e, mb, ch, lane in r.spans:
             by.setdefault((rank, cat, ch > 0, lane), []).append((s * 1e3, (e - s) * 1e3))
-        band = {0: (-0.42, 0.84), 1: (0.0, 0.42), 2: (-0.42, 0.42)}
-        for (rank, cat, later_chunk, lane), bars in sorted(by.items()):
+        band = {0: (-0.42, 0.84), 1: (0.0, 0.42), 2: (-0.42, 0.42), 3: (0.22, 0.2)}
+        for (rank, cat, later_chunk, lane), spans in sorted(by.items(), key=lambda kv: (kv[0][1] == "opt", kv[0])):
             y0, hgt = band[lane]
-            ax.broken_barh(bars, (r.pp - 1 - rank + y0, hgt), facecolors=COLORS.get(cat, "#999999"),
-                           alpha=0.6 if later_chunk else 1.0, edgecolor="white", linewidth=0.3)
+            if cat == "opt":     # a few ms in a step of seconds: at least 1/250 of the axis wide
+                spans = [(s, max(d, tmax / 250)) for s, d in spans]
+            ax.broken_barh(spans, (r.pp - 1 - rank + y0, hgt), facecolors=COLORS.get(cat, "#999999"),
+                           alpha=0.6 if later_chunk else 1.0, edgecolor="white", linewidth=0.3 if lane < 3 else 0,
+                           zorder=3 if cat == "opt" else 2, gid=cat)
         m = r.result.num_microbatches
-        if m <= 24:
+        if m <= 24 and _row_height(r.pp) >= 0.15:
             for rank, cat, s, e, mb, ch, lane in r.spans:
                 if cat in ("F", "B", "BW", "W") and (e - s) * 1e3 > tmax / 120:
                     y0, hgt = band[lane]
@@ -201,34 +243,50 @@ def figure(rows, path: Path, title: str) -> None:
                             fontsize=5.5 if lane else 6, color="white" if cat != "W" else "black")
         ax.set_xlim(0, tmax)
         ax.set_ylim(-0.6, r.pp - 0.4)
-        ax.set_yticks(range(r.pp))
-        ax.set_yticklabels([f"{r.pp - 1 - k}" for k in range(r.pp)], fontsize=7)
+        step_ticks = max(1, r.pp // 8)
+        ax.set_yticks([r.pp - 1 - k for k in range(0, r.pp, step_ticks)])
+        ax.set_yticklabels([str(k) for k in range(0, r.pp, step_ticks)], fontsize=7)
         ax.set_ylabel("rank", fontsize=8)
         x = r.result
-        ax.set_title(f"{r.label}: step {fmt_time(x.step_time_s)}, bubble {100 * x.bubble_fraction:.1f} %, "
-                     f"peak {x.peak_memory_bytes / GiB:.1f} GiB", fontsize=9, loc="left")
+        ax.set_title(plain(f"{r.label}: step {fmt_time(x.step_time_s)}, bubble {100 * x.bubble_fraction:.1f} %, "
+                           f"peak {x.peak_memory_bytes / GiB:.1f} GiB"), fontsize=9, loc="left")
         ax.tick_params(axis="x", labelsize=7)
-    if ok:
+    if ax is not None:
         ax.set_xlabel("time (ms); grey = idle; numbers = microbatch; paler = the rank's later chunks; "
-                      "half-height = an overlapped forward/backward pair", fontsize=8)
-    axs = fig.add_subplot(gs[-1, 0])
-    axm = fig.add_subplot(gs[-1, 1])
-    labels = [r.label for r in ok]
-    axs.barh(labels, [r.step for r in ok], color="#4C78A8")
+                      "half-height = an overlapped forward/backward pair; thin band = dp communication", fontsize=8)
+    y += xlab + gap_bars
+    axs = fig.add_axes(rect(y, bars_h, left, 0.42))
+    axm = fig.add_axes(rect(y, bars_h, left + 0.50, 0.42), sharey=axs)
+    labels = [plain(r.label) for r in ok]
+    pos = list(range(len(ok)))
+    steps = [r.step for r in ok]
+    c = axs.barh(pos, steps, color="#4C78A8", gid="step")
+    axs.bar_label(c, labels=[fmt_time(v) for v in steps], padding=3, fontsize=7)
+    axs.set_xlim(0, max(steps, default=1.0) * 1.18)
+    axs.set_yticks(pos)
+    axs.set_yticklabels(labels)
     axs.set_xlabel("step time (s)", fontsize=8)
     axs.invert_yaxis()
     cap = ok[0].result.memory_capacity_bytes / GiB if ok else 0
-    axm.barh(labels, [r.result.peak_memory_bytes / GiB for r in ok],
-             color=["#54A24B" if r.result.fits_in_memory else "#E45756" for r in ok])
+    mem = [r.result.peak_memory_bytes / GiB for r in ok]
+    c = axm.barh(pos, mem, color=["#54A24B" if r.result.fits_in_memory else "#E45756" for r in ok], gid="memory")
+    axm.bar_label(c, labels=[f"{v:.1f} GiB" for v in mem], padding=3, fontsize=7)
+    axm.set_xlim(0, max(mem + [cap], default=1.0) * 1.18)
+    axm.tick_params(axis="y", labelleft=False)
     if ok:
         axm.axvline(cap, color="black", linestyle="--", linewidth=1)
-        axm.text(cap, -0.6, " capacity", fontsize=7, va="bottom")
+        axm.text(cap, -0.6, f" capacity {cap:.1f} GiB", fontsize=7, va="bottom")
     axm.set_xlabel("peak memory per rank (GiB); red = does not fit", fontsize=8)
-    axm.invert_yaxis()
     for a in (axs, axm):
         a.tick_params(labelsize=7)
-    fig.legend(handles=[Patch(color=COLORS[k], label=l) for k, l in
-                        (("F", "forward F"), ("B", "backward B / BW"), ("W", "weight gradient W"), ("opt", "optimizer"))],
-               loc="upper right", ncol=4, fontsize=8, frameon=False, bbox_to_anchor=(0.99, 1 - 0.1 / total))
-    fig.suptitle(title, x=0.01, y=1 - 0.12 / total, ha="left", va="top", fontsize=10)
-    save_figure(fig, path, bbox_inches="tight")
+    fig.legend(handles=[Patch(color=COLORS[k], label=lab) for k, lab in
+                        (("F", "forward F"), ("B", "backward B / BW"), ("W", "weight gradient W"),
+                         ("dp", "dp communication"), ("opt", "optimizer"))],
+               loc="upper right", ncol=5, fontsize=8, frameon=False, bbox_to_anchor=(left + width, 1 - 0.3 / H))
+    fig.suptitle(plain(title), x=left, y=1 - 0.12 / H, ha="left", va="top", fontsize=10)
+    return fig
+
+
+def figure(rows: list[Row], path: Path, title: str) -> None:
+    """Writes `compare_figure` to `path`."""
+    save_figure(compare_figure(rows, title), path, bbox_inches="tight")

@@ -32,6 +32,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -40,7 +41,7 @@ from simtrain.errors import Collector, ConfigError, Problem, ScheduleError
 from simtrain.hardware.devices import device_of
 from simtrain.hardware.topology import Topology, find_topology_file, load_topology
 from simtrain.network.collectives import Cost, choose
-from simtrain.results.figures import save_figure
+from simtrain.results.figures import plain, save_figure
 from simtrain.results.io import check_out_dir, staged_dir, write_atomic
 from simtrain.results.memory import memory_fit, rank_static
 from simtrain.results.step import StepResult
@@ -51,6 +52,9 @@ from simtrain.studies.estimate import estimate
 from simtrain.studies.runner import Point, run_factors
 from simtrain.units import fmt_bytes, fmt_time
 from simtrain.workload.build import build_workload
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 RECOMPUTE = ("none", "selective", "full")
 DEFAULT_SCHEDULES = ("1f1b", "interleaved_1f1b")
@@ -519,7 +523,9 @@ def pareto(points) -> list:
     return sorted(front)
 
 
-def figure(res: SearchResult, path: Path, title: str) -> None:
+def search_figure(res: SearchResult, title: str) -> Figure:
+    """Step time against peak memory for every simulated plan, the Pareto front marked, the best
+    plan named; labels escape `$` (no mathtext)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -539,13 +545,19 @@ def figure(res: SearchResult, path: Path, title: str) -> None:
     if ok:
         ax.axvline(ok[0].result.memory_capacity_bytes / GiB, c="grey", ls="--", lw=1, label="device memory")
         b = ok[0]
-        ax.annotate(f"best: {b.plan.label()}", (pts[0][0], pts[0][1]), xytext=(8, 8), textcoords="offset points", fontsize=8)
+        ax.annotate(plain(f"best: {b.plan.label()}"), (pts[0][0], pts[0][1]), xytext=(8, 8), textcoords="offset points",
+                    fontsize=8)
     ax.set_xlabel("peak memory per device (GiB)")
     ax.set_ylabel("step time (s)")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(plain(title), fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    save_figure(fig, path, dpi=110)
+    return fig
+
+
+def figure(res: SearchResult, path: Path, title: str) -> None:
+    """Writes `search_figure` to `path`."""
+    save_figure(search_figure(res, title), path, dpi=110)
 
 
 def to_csv(res: SearchResult) -> str:

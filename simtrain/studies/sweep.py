@@ -45,16 +45,20 @@ from concurrent.futures import as_completed as futures_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from simtrain.errors import Collector, ConfigError, Problem, SimtrainError
-from simtrain.results.figures import save_figure
+from simtrain.results.figures import plain, save_figure
 from simtrain.results.io import check_out_dir, write_atomic
 from simtrain.spec.loading import load_scenario
 from simtrain.studies.compare import split_values
 from simtrain.studies.runner import Outcome, internal_error, run_factors
 from simtrain.units import fmt_bytes, fmt_time
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 COLUMNS = ("key", "overrides", "status", "error", "step_time_s", "tokens_per_s", "mfu", "peak_memory_bytes",
            "fits_in_memory", "bubble_fraction", "num_devices", "result")
@@ -409,13 +413,9 @@ def table(rows, limit: int = 40) -> str:
     return "\n".join(lines)
 
 
-def scaling_figure(rows, x_key: str, path: Path, title: str, price: float | None = None) -> list:
-    """Step time, MFU, and US$ per million tokens (when the scenario prices a device-hour) against
-    one grid key, from the stored rows; returns the plotted points [(x, step, mfu, tokens/s, $/Mtok)]."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def scaling_points(rows: list[dict], x_key: str, price: float | None = None) -> list[tuple]:
+    """The ok rows that set `x_key`, as (x, step s, MFU, tokens/s, US$ per million tokens or None,
+    devices), sorted by x."""
     pts = []
     for r in rows:
         if r["status"] != "ok":
@@ -427,23 +427,48 @@ def scaling_figure(rows, x_key: str, path: Path, title: str, price: float | None
         usd = price * r["num_devices"] / 3600.0 / r["tokens_per_s"] * 1e6 if price else None
         pts.append((x, r["step_time_s"], r["mfu"], r["tokens_per_s"], usd, r["num_devices"]))
     pts.sort()
+    return pts
+
+
+def build_scaling_figure(pts: list[tuple], x_key: str, title: str, price: float | None = None) -> Figure:
+    """Step time, MFU and (with a price) US$ per million tokens against the grid key `x_key`,
+    the axis the title names; where the device count changes along it, each tick also gives the
+    devices. Labels escape `$` (no mathtext)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     n = 3 if price else 2
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6))
-    xs = [p[5] for p in pts]
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8))
+    xs = [p[0] for p in pts]
+    devs = [p[5] for p in pts]
+    with_devices = len(set(devs)) > 1 and len(set(xs)) == len(xs)
+    log = bool(xs) and min(xs) > 0 and max(xs) / min(xs) >= 8
     panels = [("step time (s)", [p[1] for p in pts]), ("MFU (%)", [100 * p[2] for p in pts])]
     if price:
         panels.append((f"US$ per million tokens (at ${price:g}/device-h)", [p[4] for p in pts]))
     for ax, (label, ys) in zip(axes, panels):
         ax.plot(xs, ys, "-o", c="#4c72b0")
-        ax.set_xscale("log", base=2)
+        if log:
+            ax.set_xscale("log", base=2)
         ax.set_xticks(xs)
-        ax.set_xticklabels([f"{int(v):,}" for v in xs], rotation=45, fontsize=7)
-        ax.set_xlabel("devices")
-        ax.set_ylabel(label)
+        ax.set_xticklabels([f"{v:,.0f}" if v == int(v) else f"{v:g}" for v in xs]
+                           if not with_devices else [f"{v:,.0f}\n{d:,}" for v, d in zip(xs, devs)],
+                           rotation=0 if len(xs) <= 5 or with_devices else 45, fontsize=7)
+        ax.minorticks_off()
+        ax.set_xlabel(plain(x_key + (" (below it: devices)" if with_devices else "")), fontsize=8)
+        ax.set_ylabel(plain(label), fontsize=8)
         ax.grid(alpha=0.3)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(plain(title), fontsize=10)
     fig.tight_layout()
-    save_figure(fig, path, dpi=110)
+    return fig
+
+
+def scaling_figure(rows: list[dict], x_key: str, path: Path, title: str, price: float | None = None) -> list[tuple]:
+    """Writes `build_scaling_figure` of the stored rows to `path`; returns the plotted points
+    [(x, step, mfu, tokens/s, $/Mtok, devices)]."""
+    pts = scaling_points(rows, x_key, price)
+    save_figure(build_scaling_figure(pts, x_key, title, price), path, dpi=110)
     return pts
 
 
