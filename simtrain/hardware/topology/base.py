@@ -83,11 +83,6 @@ class Topology:
         return self.nodes * self.devices_per_node
 
     @property
-    def devices_per_domain(self) -> int:
-        """Alias of `devices_per_node`: devices per scale-up domain."""
-        return self.devices_per_node
-
-    @property
     def hosts_per_node(self) -> int:
         return self.devices_per_node // self.devices_per_host
 
