@@ -33,6 +33,8 @@ def _algorithms(collective: str):
 
 _SCHEDULES = _registry("simtrain.schedules", "SCHEDULES")
 _DEVICES = _registry("simtrain.hardware.devices", "preset_names")
+# every backend registered with simtrain.network.registry, a plug-in's included
+_BACKENDS = _registry("simtrain.network.registry", "BACKENDS")
 _POSINTS = {"type": "array", "items": {"type": "integer", "minimum": 1}}
 
 
@@ -239,7 +241,7 @@ class ClusterSpec:
 @dataclass(frozen=True)
 class NetworkSpec:
     """How collectives and point-to-point messages are costed."""
-    backend: str = spec_field(("analytical", "flow"), "analytical: link classes; flow: max-min fair flows on the graph",
+    backend: str = spec_field(_BACKENDS, "analytical: link classes; flow: max-min fair flows on the graph",
                               default="analytical")
     # algorithm per collective: auto (the fastest predicted, as NCCL's tuner) or a registered name
     all_reduce: str = spec_field(_algorithms("all_reduce"), "all-reduce algorithm (auto: the fastest predicted)", default="auto")
