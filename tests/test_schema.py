@@ -11,9 +11,9 @@ import yaml
 
 from simtrain.errors import ConfigError
 from simtrain.hardware.devices import PROFILE, REPO_PROFILES, load_profile
-from simtrain.hardware.topology import load_topology, shipped_topologies
+from simtrain.hardware.topology import BUILDERS, load_topology, shipped_topologies
 from simtrain.spec import schemas
-from simtrain.spec.fields import rows, section_of
+from simtrain.spec.fields import Key, Section, rows, section_of
 from simtrain.spec.loading import SCENARIO, load_scenario
 from simtrain.spec.scenario import Scenario
 
@@ -178,3 +178,15 @@ def test_declared_errors_are_all_reported_in_todays_form(tmp_path):
     assert f"{f}: parallel.tp: expected a whole number >= 1, got 'four'; write e.g. `8`" in text
     assert f"{f}: network.protocl: unknown key; did you mean `protocol`?" in text
     assert f"{f}: cluster.jitter.sigma: expected a number, got 'big'; write e.g. `0.8`" in text
+
+
+def test_every_topology_and_profile_key_is_declared_with_a_doc():
+    """Every builder declares its keys as `Key`s (none of the older tuples), each with a doc."""
+    for b in BUILDERS.values():
+        assert all(isinstance(k, Key) for k in b.schema.values()), b.kind
+        for p, _, _, _, doc in rows(Section(b.schema)):
+            assert doc, f"{b.kind}: {p} has no doc"
+    for p, _, _, _, doc in rows(PROFILE):
+        assert doc, f"profile: {p} has no doc"
+    md = schemas.markdown()
+    assert "| `switches[].kind` |" in md and "| `links[].flow_bandwidth` |" in md and "| `global_links.latency` |" in md

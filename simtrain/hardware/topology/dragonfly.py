@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, link_schema, path_class, register
+from simtrain.spec.fields import Key
 
 
 @dataclass(frozen=True)
@@ -47,15 +48,15 @@ class DragonflySpec:
 
 
 SCHEMA = dict(COMMON, **{
-    "groups": ("posint", True, None),
-    "routers_per_group": ("posint", True, None),
-    "global_links_per_router": ("int", True, None),
-    "devices_per_router": ("posint", False, 1),
-    "injection": link_schema("0 us"),
-    "local_links": link_schema(),
-    "global_links": link_schema(),
-    "efficiency": ("float", False, 1.0),
-    "efficiency_source": ("str", False, ""),
+    "groups": Key("posint", doc="groups of routers, joined by global links"),
+    "routers_per_group": Key("posint", doc="routers of a group (a), linked all-to-all by local links"),
+    "global_links_per_router": Key("int", doc="global links of one router (h)"),
+    "devices_per_router": Key("posint", 1, "devices on one router (p; a simtrain node)"),
+    "injection": link_schema("0 us", "device to router link"),
+    "local_links": link_schema(doc="router to router link inside a group"),
+    "global_links": link_schema(doc="router to router link between groups"),
+    "efficiency": Key("float", 1.0, "measured share of the bandwidth a collective gets, in (0, 1]"),
+    "efficiency_source": Key("str", "", "where efficiency comes from"),
 })
 
 

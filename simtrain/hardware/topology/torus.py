@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, link_schema, path_class, register
+from simtrain.spec.fields import Key
 
 
 @dataclass(frozen=True)
@@ -49,13 +50,15 @@ class TorusSpec:
 
 
 SCHEMA = dict(COMMON, **{
-    "dims": ("any", True, None),
-    "wrap": ("bool", False, True),
-    "devices_per_router": ("posint", False, 1),
-    "injection": link_schema("0 us"),
-    "links": link_schema(),
-    "efficiency": ("float", False, 1.0),
-    "efficiency_source": ("str", False, ""),
+    "dims": Key("any", doc="routers per dimension, 1 to 3 whole numbers >= 1 (x fastest)",
+                json={"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "maxItems": 3,
+                      "description": "list of 1 to 3 whole numbers >= 1"}),
+    "wrap": Key("bool", True, "true: a torus (wrap-around links); false: a mesh"),
+    "devices_per_router": Key("posint", 1, "devices on one router (a simtrain node); 1: a chip that is its own router"),
+    "injection": link_schema("0 us", "device to router link"),
+    "links": link_schema(doc="router to router link, each dimension"),
+    "efficiency": Key("float", 1.0, "measured share of the bandwidth a collective gets, in (0, 1]"),
+    "efficiency_source": Key("str", "", "where efficiency comes from"),
 })
 
 AXES = "xyz"
