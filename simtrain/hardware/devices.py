@@ -17,8 +17,8 @@ import yaml
 
 from simtrain import resources
 from simtrain.errors import Collector
-from simtrain.spec.fields import REQUIRED, Key, Section
-from simtrain.units import PARSERS, UnitError, parse_bandwidth, parse_bytes, parse_flops
+from simtrain.spec.fields import REQUIRED, Key, Section, validate_tree
+from simtrain.units import parse_bandwidth, parse_bytes, parse_flops, parse_time
 
 DATA = resources.DATA
 
@@ -228,8 +228,7 @@ PROFILE_SCHEMA = "simtrain-profile/1"
 
 def _points(doc: str, **keys: str) -> Key:
     """A `points:` list of measurements, each a mapping of numbers > 0."""
-    return Key("any", REQUIRED, doc, many=True, section=Section(
-        {k: Key("float", doc=d, json={"type": "number", "exclusiveMinimum": 0}) for k, d in keys.items()}, open=True))
+    return Key("any", REQUIRED, doc, many=True, section=Section({k: Key("positive", doc=d) for k, d in keys.items()}, open=True))
 
 
 # A device profile (written by simtrain calibrate): the keys load_profile reads
@@ -261,13 +260,9 @@ PROFILE = Section({
     }, open=True)),
     "op_overhead": Key("any", None, "host issue time per compute operator", section=Section({
         "per_operator": Key("time", doc="e.g. \"45 us\""),
-        "source": Key("str", doc="where it was measured"),
+        "source": Key("str", doc="where it was measured (required with per_operator)"),
     })),
 }, doc="a device profile written by simtrain calibrate", open=True)
-
-
-def _point_keys(section: str) -> tuple:
-    return tuple(PROFILE[section].entries()["points"].entries())
 
 
 ESIZE = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
@@ -300,7 +295,7 @@ def load_profile(path: str) -> Device:
     if doc.get("base") not in preset_names():
         errs.add("base", f"unknown base preset {doc.get('base')!r}", f"use one of: {', '.join(preset_names())}")
         errs.raise_if_any()
-    _check_profile(doc, errs)
+    validate_tree(doc, PROFILE, "", errs)        # every key as PROFILE declares it, at its key path
     errs.raise_if_any()
     base = get_device(doc["base"])
     key = str(doc.get("device") or Path(path).stem)
@@ -308,12 +303,9 @@ def load_profile(path: str) -> Device:
     for i, g in enumerate(doc.get("gemm") or []):
         dt = g.get("dtype")
         peak = base.peak_flop_per_s.get(dt)
-        pts = g.get("points") or []
+        pts = g["points"]
         if peak is None:
             errs.add(f"gemm[{i}].dtype", f"{base.key} has no {dt} peak to compare the measurement with", "measure a dtype the base preset has")
-            continue
-        if not pts:
-            errs.add(f"gemm[{i}].points", "empty", "give at least one measured shape")
             continue
         sc = ShapeCurve.from_points([(p["m"], p["n"], p["k"], p["tflops"] * 1e12) for p in pts], peak, ESIZE.get(dt, 2.0),
                                     key, str(g.get("source", "")))
@@ -330,72 +322,15 @@ def load_profile(path: str) -> Device:
         peak16 = base.peak_flop_per_s.get("bf16", base.peak_flop_per_s.get("fp16"))
         flash = Curve(tuple(sorted((float(p["seq"]), p["tflops"] * 1e12 / peak16) for p in fa["points"])), key, str(fa.get("source", "")))
     ov = doc.get("op_overhead") or {}
-    overhead = 0.0
-    if ov:
-        try:
-            overhead = PARSERS["time"](ov.get("per_operator"))
-        except (UnitError, TypeError) as e:
-            errs.add("op_overhead.per_operator", str(e), 'write e.g. "45 us"')
-        if not ov.get("source"):
-            errs.add("op_overhead.source", "missing", "say where the overhead was measured")
+    overhead = parse_time(ov["per_operator"]) if ov else 0.0
+    if ov and not ov["source"].strip():
+        errs.add("op_overhead.source", "empty", "say where the overhead was measured")
     errs.raise_if_any()
     return dataclasses.replace(
         base, key=key, base=base.key, op_overhead=overhead, profile_status=str(doc.get("status", "")), op_overhead_source=str(ov.get("source", "")), name=f"{base.name} (profile {Path(path).name})", gemm=gemm, gemm_shapes=tuple(shapes),
         mem_curve=mem_curve, mem_efficiency=base_mem if base_mem is not None else base.mem_efficiency,
         mem_origin=key if mem_curve is not None else base.mem_origin, flash=flash, profile=str(path),
         collectives=tuple(doc.get("collectives") or ()))
-
-
-def _positive(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 and math.isfinite(x)
-
-
-def _check_profile(doc: dict, errs) -> None:
-    """Every measured section of a profile: lists of mappings with positive numbers, each problem
-    at its key path (e.g. gemm[0].points[2].tflops)."""
-    fix = "give the file simtrain calibrate wrote, or fix the value"
-
-    def points(path, sect, keys):
-        pts = sect.get("points") if isinstance(sect, dict) else None
-        if not isinstance(pts, list) or not pts:
-            errs.add(f"{path}.points", "missing or empty", fix)
-            return
-        for j, pt in enumerate(pts):
-            if not isinstance(pt, dict):
-                errs.add(f"{path}.points[{j}]", "expected a mapping", fix)
-                continue
-            for k in keys:
-                if not _positive(pt.get(k)):
-                    errs.add(f"{path}.points[{j}].{k}", f"expected a number > 0, got {pt.get(k)!r}", fix)
-
-    for name, keys in (("gemm", _point_keys("gemm")),):
-        sects = doc.get(name) or []
-        if not isinstance(sects, list):
-            errs.add(name, "expected a list", fix)
-            continue
-        for i, g in enumerate(sects):
-            if not isinstance(g, dict):
-                errs.add(f"{name}[{i}]", "expected a mapping with dtype and points", fix)
-                continue
-            points(f"{name}[{i}]", g, keys)
-    for name, keys in (("memory_bound", _point_keys("memory_bound")), ("flash_attention", _point_keys("flash_attention"))):
-        if doc.get(name) is not None:
-            points(name, doc[name], keys)
-    colls = doc.get("collectives") or []
-    if not isinstance(colls, list):
-        errs.add("collectives", "expected a list", fix)
-        colls = []
-    for i, c in enumerate(colls):
-        if not isinstance(c, dict):
-            errs.add(f"collectives[{i}]", "expected a mapping", fix)
-            continue
-        for k in ("ranks", "nodes"):
-            if not isinstance(c.get(k), int) or c.get(k) < 1:
-                errs.add(f"collectives[{i}].{k}", f"expected a whole number >= 1, got {c.get(k)!r}", fix)
-        points(f"collectives[{i}]", c, _point_keys("collectives"))
-    ov = doc.get("op_overhead")
-    if ov is not None and not isinstance(ov, dict):
-        errs.add("op_overhead", "expected a mapping with per_operator and source", 'write e.g. `op_overhead: {per_operator: "45 us", source: "..."}`')
 
 
 def device_of(cluster) -> Device:

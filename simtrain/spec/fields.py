@@ -5,13 +5,14 @@ spec dataclasses declare theirs on the fields (`spec_field`), so a field's type,
 sit in one place, and `section_of(cls)` reads them back. From a section simtrain derives:
 
   validation     `validate_map` / `parse_value`: every problem of a file collected with its key
-                 path, `<file>: <key.path>: <problem>; <fix>`, unknown keys with a "did you mean"
+                 path, `<file>: <key.path>: <problem>; <fix>`, unknown keys with a "did you mean";
+                 `validate_tree` checks a whole tree, lists of entries included
   resolved dump  `dump(obj, section)`: the spec in the YAML layout with every default filled in
   key reference  `markdown_table(sections)`: one row per key path
   JSON Schema    `json_schema(section)`: for editors and CI (draft 2020-12)
 
 Kinds: the unit parsers of `simtrain.units` (bandwidth, time, bytes, flops: strings with a unit,
-parsed to SI), int, posint, float, bool, str, any, a tuple of allowed values, and "map" (a nested
+parsed to SI), int, posint, float, positive (a finite number > 0), bool, str, any, a tuple of allowed values, and "map" (a nested
 section, checked recursively). `optional=True` lets a value be null (absent stays None).
 
 Validation also accepts the older `(kind, required, default)` tuples of a table, with "kind?" for
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Optional
@@ -259,8 +261,44 @@ def validate_map(raw, schema, path: str, errs: Collector) -> dict:
     return out
 
 
-def _join(path, key) -> str:
+def _join(path: str, key: Any) -> str:
     return f"{path}.{key}" if path else str(key)
+
+
+def validate_tree(raw: Any, section: Section, path: str, errs: Collector) -> None:
+    """Checks a whole YAML tree against a Section, nested sections and lists of entries included
+    (where `validate_map` leaves kind "any" to the loader): unknown keys (unless the section is
+    `open`), missing required keys, values of the wrong kind, and required lists that are empty.
+    Every problem goes to `errs` at its key path, e.g. `gemm[0].points[2].tflops`."""
+    if not isinstance(raw, dict):
+        errs.add(path or "<top>", f"expected a mapping, got {type(raw).__name__}", "write it as `key: value` lines")
+        return
+    if not section.open:
+        known = list(section)
+        for key in raw:
+            if key not in section and not (section.notes and section.notes(key)):
+                close = difflib.get_close_matches(str(key), known, n=1)
+                errs.add(_join(path, key), "unknown key", f"did you mean `{close[0]}`?" if close else f"allowed keys: {', '.join(known)}")
+    for name, key in section.items():
+        p = _join(path, name)
+        value = raw.get(name)
+        if name not in raw or value is None:
+            if key.required:
+                errs.add(p, "missing required key", f"add `{name}:`")
+            continue
+        sub = key.entries()
+        if key.many:
+            if not isinstance(value, list):
+                errs.add(p, f"expected a list, got {type(value).__name__}", "write it as a list of `- key: value` entries")
+            elif not value and key.required:
+                errs.add(p, "empty", "give at least one entry")
+            else:
+                for i, entry in enumerate(value):
+                    validate_tree(entry, sub, f"{p}[{i}]", errs)
+        elif sub is not None:
+            validate_tree(value, sub, p, errs)
+        else:
+            parse_value(value, key.as_tuple()[0], p, errs)
 
 
 def parse_value(value, kind, path: str, errs: Collector):
@@ -287,6 +325,11 @@ def parse_value(value, kind, path: str, errs: Collector):
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             errs.add(path, f"expected a number, got {value!r}", "write e.g. `0.8`")
+            return None
+        return float(value)
+    if kind == "positive":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            errs.add(path, f"expected a number > 0, got {value!r}", "write e.g. `1.5`")
             return None
         return float(value)
     if kind == "bool":
@@ -352,7 +395,7 @@ def value_schema(key: Key) -> dict:
         s = dict(key.json)
     elif sub is not None and kind in ("map", "any"):
         obj = object_schema(sub)
-        s = {"type": "array", "items": obj} if key.many else obj
+        s = ({"type": "array", "items": obj, **({"minItems": 1} if key.required else {})} if key.many else obj)
     elif kind in UNIT_PATTERNS:
         s = {"type": "string", "pattern": UNIT_PATTERNS[kind], "examples": [x.strip('"') for x in EXAMPLES[kind].split(" or ")]}
     elif kind == "int":
@@ -361,6 +404,8 @@ def value_schema(key: Key) -> dict:
         s = {"type": "integer", "minimum": 1}
     elif kind == "float":
         s = {"type": "number"}
+    elif kind == "positive":
+        s = {"type": "number", "exclusiveMinimum": 0}
     elif kind == "bool":
         s = {"type": "boolean"}
     elif allowed is not None:
@@ -419,7 +464,7 @@ def _type_text(key: Key) -> str:
     elif key.json is not None and "description" in key.json:
         t = key.json["description"]
     else:
-        t = {"posint": "whole number >= 1", "int": "whole number", "float": "number", "bool": "true \\| false",
+        t = {"posint": "whole number >= 1", "int": "whole number", "float": "number", "positive": "number > 0", "bool": "true \\| false",
              "str": "text", "any": "any"}.get(k, str(k))
     return t + (" or null" if key.optional else "")
 
