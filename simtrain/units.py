@@ -22,6 +22,7 @@ EXAMPLES = {
     "time": '"5 us" or "1.5 ms"',
     "bytes": '"80 GiB" or "40 GB"',
     "flops": '"312 TFLOP/s"',
+    "duration": '"90 s" or "30 days"',
 }
 
 
@@ -81,7 +82,26 @@ def parse_flops(value) -> float:
     return num * _PREFIX[m.group(1)]
 
 
-PARSERS = {"bandwidth": parse_bandwidth, "time": parse_time, "bytes": parse_bytes, "flops": parse_flops}
+def parse_duration(value: object) -> float:
+    """parse_time plus days (`d`, `day`, `days`), for the spans of a long run.
+
+    >>> parse_duration("30 days")
+    2592000.0
+    >>> parse_duration("90 s")
+    90.0
+    """
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*" + _NUM + r"\s*(d|day|days)\s*", value)
+        if m:
+            out = float(m.group(1)) * 86400.0
+            if not 0 <= out < math.inf:
+                raise UnitError(f"{value!r}: a time must be finite and >= 0")
+            return out
+    return parse_time(value)
+
+
+PARSERS = {"bandwidth": parse_bandwidth, "time": parse_time, "bytes": parse_bytes, "flops": parse_flops,
+           "duration": parse_duration}
 
 
 def fmt_time(t: float) -> str:

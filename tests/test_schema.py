@@ -3,7 +3,10 @@ dump, the key reference, and the errors the declarations give."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,6 +59,8 @@ def _errors(value, s: dict, path: str = "") -> list[str]:
                 continue
             elif s.get("additionalProperties", True) is False:
                 out.append(f"{path}.{k}: not allowed")
+            elif isinstance(s.get("additionalProperties"), dict):
+                out += _errors(v, s["additionalProperties"], f"{path}.{k}")
     if isinstance(value, list) and "items" in s:
         for i, v in enumerate(value):
             out += _errors(v, s["items"], f"{path}[{i}]")
@@ -190,3 +195,27 @@ def test_every_topology_and_profile_key_is_declared_with_a_doc():
         assert doc, f"profile: {p} has no doc"
     md = schemas.markdown()
     assert "| `switches[].kind` |" in md and "| `links[].flow_bandwidth` |" in md and "| `global_links.latency` |" in md
+
+
+def test_reliability_section_is_declared_and_always_checked(tmp_path):
+    """`reliability:` is in the key reference and the JSON Schema, and load_scenario checks it even
+    where nothing imported the reliability study."""
+    md = schemas.markdown()
+    for p in ("reliability.horizon", "reliability.checkpoint.in_memory.replicas", "reliability.failures.categories.<name>.per"):
+        assert f"| `{p}` |" in md, p
+    raw = _yaml(ROOT / "scenarios" / "llama3-405b-h100-16384-goodput.yaml")
+    raw["reliability"]["spares"]["hot_nodez"] = 3
+    raw["reliability"]["failures"]["categories"] = {"faulty_gpu": {"count": 1, "per": "rack"}, "ssd": None}
+    errs = _errors(raw, schemas.scenario_schema())
+    assert any(e.startswith(".reliability.spares.hot_nodez: not allowed") for e in errs), errs
+    assert any(e.startswith(".reliability.failures.categories.faulty_gpu") for e in errs), errs
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    code = ("import sys\nfrom simtrain.errors import ConfigError\nfrom simtrain.spec.loading import load_scenario\n"
+            f"try:\n    load_scenario({str(f)!r})\nexcept ConfigError as e:\n    print(e)\n"
+            "print(any(m.startswith('simtrain.studies') for m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True).stdout
+    assert "reliability.spares.hot_nodez: unknown key; did you mean `hot_nodes`?" in out
+    assert "reliability.failures.categories.faulty_gpu.per: 'rack' is not one of gpu, host, nic, job" in out
+    assert out.strip().endswith("False")

@@ -38,7 +38,7 @@ class _Required:
 
 REQUIRED: Any = _Required()
 
-UNIT_KINDS = {"bandwidth": "B/s", "time": "s", "bytes": "B", "flops": "FLOP/s"}
+UNIT_KINDS = {"bandwidth": "B/s", "time": "s", "bytes": "B", "flops": "FLOP/s", "duration": "s"}
 # what a string with a unit looks like (simtrain.units), for JSON Schema
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 UNIT_PATTERNS = {
@@ -46,6 +46,7 @@ UNIT_PATTERNS = {
     "time": rf"^\s*{_NUM}\s*(?:s|ms|us|µs|ns|min|h)\s*$",
     "bytes": rf"^\s*{_NUM}\s*(?:Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?[Bb]\s*$",
     "flops": rf"^\s*{_NUM}\s*(?:k|K|M|G|T|P)?FLOP/s\s*$",
+    "duration": rf"^\s*{_NUM}\s*(?:s|ms|us|µs|ns|min|h|d|day|days)\s*$",
 }
 
 
@@ -62,6 +63,7 @@ class Key:
               of a mapping that the loader reads itself (kind "any"); a dataclass stands for its
               `section_of`
     many      the value is a list of `section` entries
+    named     the value maps names to `section` entries (null or false: no entry of that name)
     json      the JSON Schema of the value where the kind does not say enough
     loader    False: read by the loader before the table check (preset names, file references);
               listed in the reference and the JSON Schema, not in the table
@@ -82,6 +84,7 @@ class Key:
     optional: bool = False
     section: Any = None
     many: bool = False
+    named: bool = False
     json: Optional[dict] = None
     loader: bool = True
     derived: str = ""
@@ -295,6 +298,10 @@ def validate_tree(raw: Any, section: Section, path: str, errs: Collector) -> Non
             else:
                 for i, entry in enumerate(value):
                     validate_tree(entry, sub, f"{p}[{i}]", errs)
+        elif key.named and isinstance(value, dict):
+            for n, entry in value.items():
+                if entry is not None and entry is not False:
+                    validate_tree(entry, sub, _join(p, n), errs)
         elif sub is not None:
             validate_tree(value, sub, p, errs)
         else:
@@ -395,7 +402,12 @@ def value_schema(key: Key) -> dict:
         s = dict(key.json)
     elif sub is not None and kind in ("map", "any"):
         obj = object_schema(sub)
-        s = ({"type": "array", "items": obj, **({"minItems": 1} if key.required else {})} if key.many else obj)
+        if key.many:
+            s = {"type": "array", "items": obj, **({"minItems": 1} if key.required else {})}
+        elif key.named:
+            s = {"type": "object", "additionalProperties": {"anyOf": [obj, {"enum": [None, False]}]}}
+        else:
+            s = obj
     elif kind in UNIT_PATTERNS:
         s = {"type": "string", "pattern": UNIT_PATTERNS[kind], "examples": [x.strip('"') for x in EXAMPLES[kind].split(" or ")]}
     elif kind == "int":
@@ -455,6 +467,8 @@ def _type_text(key: Key) -> str:
     allowed = key.allowed()
     if key.many:
         t = "list of mappings"
+    elif key.named:
+        t = "mapping of names to mappings"
     elif allowed is not None:
         t = " \\| ".join(f"`{x}`" for x in allowed)
     elif k in UNIT_KINDS:
@@ -495,7 +509,7 @@ def rows(section: Section, prefix: str = "") -> list[tuple]:
         out.append((p, _type_text(key), _default_text(key), unit, key.doc))
         sub = key.entries()
         if sub is not None:
-            out.extend(rows(sub, p))
+            out.extend(rows(sub, p + ".<name>" if key.named else p))
     return out
 
 

@@ -11,7 +11,6 @@ import difflib
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 import yaml
 
@@ -23,6 +22,7 @@ from simtrain.plan.grid import POLICIES
 from simtrain.plan.heterogeneity import Jitter, Straggler
 from simtrain.schedules import SCHEDULES
 from simtrain.schedules.csvio import read_csv
+from simtrain.spec import reliability
 from simtrain.spec.fields import parse_value, section_of, validate_map
 from simtrain.spec.scenario import (
     COST,
@@ -56,16 +56,6 @@ CLUSTER = section_of(ClusterSpec)
 NETWORK = section_of(NetworkSpec)
 TOP = tuple(SCENARIO)
 REQUIRED_SECTIONS = tuple(k for k, key in SCENARIO.items() if key.required)
-
-# Sections owned by later stages (e.g. `reliability:`, simtrain.studies.reliability): the stage
-# registers a check that runs with the scenario's own, so every problem is reported together.
-SECTION_CHECKS: dict = {}
-
-
-def register_section(name: str, check: Callable[[dict, Collector], None]) -> None:
-    """`check(raw_scenario, errs)` runs whenever a scenario has a `name:` section."""
-    SECTION_CHECKS[name] = check
-
 
 def _resolve_heterogeneity(cluster: dict, errs: Collector) -> None:
     """cluster.stragglers / jitter / mixed -> the spec's tuples (see simtrain.stragglers)."""
@@ -443,9 +433,8 @@ def build_scenario(raw: dict, path: Path, errs: Collector, topology_loader=load_
             pr = v.get("price_per_device_hour")
             if isinstance(pr, (int, float)) and pr <= 0:
                 errs.add("cost.price_per_device_hour", f"must be > 0, got {pr}", "give the US$ price of one device-hour, e.g. 2.0")
-    for section, check in SECTION_CHECKS.items():
-        if section in raw:
-            check(raw, errs)
+    if "reliability" in raw:
+        reliability.check_section(raw, errs)     # every problem of the file reported together
     errs.raise_if_any()
     parallel.pop("_csv_schedule", None)
     if parallel.get("vpp") is None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from simtrain.spec.fields import Key, Section, dump, section_of, spec_field
+from simtrain.spec.reliability import RELIABILITY
 
 
 def _registry(module: str, attr: str, pick=None):
@@ -266,7 +267,7 @@ class Scenario:
     _keys_after = {
         "cost": Key("any", None, "device price", section=COST),
         "reliability": Key("any", None, "failures, checkpoints and restarts of a long run (simtrain reliability)",
-                           json={"type": "object", "description": "see simtrain/data/reliability.yaml for the keys"}),
+                           section=RELIABILITY),
     }
 
     name: str = spec_field("str", "scenario name")
