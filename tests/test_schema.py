@@ -219,3 +219,8 @@ def test_reliability_section_is_declared_and_always_checked(tmp_path):
     assert "reliability.spares.hot_nodez: unknown key; did you mean `hot_nodes`?" in out
     assert "reliability.failures.categories.faulty_gpu.per: 'rack' is not one of gpu, host, nic, job" in out
     assert out.strip().endswith("False")
+
+
+def test_committed_key_reference_is_what_the_declarations_give():
+    f = ROOT / "docs" / "reference" / "keys.md"
+    assert f.read_text(encoding="utf-8") == schemas.markdown(), f"{f} is stale: run `simtrain schema --markdown > {f.relative_to(ROOT)}`"
