@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -35,8 +37,17 @@ class Curve:
 
     GEMM curves are swept over square shapes; the cost model places an (m, n, k) GEMM on them by
     the cube root of m·n·k (the side of the square GEMM with the same work). Example (A100, fp16):
-    2048³ -> 221.8/312 = 0.711; 2048 x 4608 x 12288 has side 4878, between 4096 (0.731) and 8192
-    (0.813) -> 0.731 + (0.813 - 0.731) · log2(4878/4096) = 0.751.
+    2048³ -> 221.8/312 = 0.711; 2048 x 4608 x 12288 has side 4876, between 4096 (0.731) and 8192
+    (0.813) -> 0.731 + (0.813 - 0.731) · log2(4876/4096) = 0.751.
+
+    >>> c = get_device("a100-sxm4-80gb").gemm["16bit"]
+    >>> round(c.at(2048)[0], 3)
+    0.711
+    >>> round((2048 * 4608 * 12288) ** (1 / 3))
+    4876
+    >>> e, inside = c.at((2048 * 4608 * 12288) ** (1 / 3))
+    >>> round(e, 3), inside
+    (0.751, True)
     """
     points: tuple        # ((size, efficiency), ...) sorted by size
     origin: str          # device key whose measurement this is
@@ -71,6 +82,11 @@ class ShapeCurve:
     range of all levels, the nearest measured value is used and the lookup is reported.
     Example: levels y = 6 {x 20: 0.4, x 30: 0.8} and y = 8 {x 20: 0.5, x 30: 0.9}; the query
     (x 25, y 7) is 0.6 on level 6 and 0.7 on level 8, so 0.65.
+
+    >>> sc = ShapeCurve(((6.0, ((20.0, 0.4), (30.0, 0.8))), (8.0, ((20.0, 0.5), (30.0, 0.9)))), "x", "", 2.0)
+    >>> levels = sc.levels[0][1], sc.levels[1][1]
+    >>> round(ShapeCurve._along(levels[0], 25.0)[0], 3), round(ShapeCurve._along(levels[1], 25.0)[0], 3)
+    (0.6, 0.7)
     """
     levels: tuple        # ((y, ((x, eff), ...)), ...) sorted by y, points sorted by x
     origin: str
@@ -78,7 +94,7 @@ class ShapeCurve:
     esize: float         # bytes per element the intensities were computed with
 
     @staticmethod
-    def from_points(points, peak: float, esize: float, origin: str, source: str) -> "ShapeCurve":
+    def from_points(points: Iterable[tuple], peak: float, esize: float, origin: str, source: str) -> "ShapeCurve":
         by_y: dict = {}
         for m, n, k, flops_per_s in points:
             x, y = ShapeCurve.coords(m, n, k, esize)
@@ -88,7 +104,7 @@ class ShapeCurve:
         return ShapeCurve(levels, origin, source, esize)
 
     @staticmethod
-    def coords(m, n, k, esize) -> tuple:
+    def coords(m: float, n: float, k: float, esize: float) -> tuple[float, float]:
         flops = 2.0 * m * n * k
         return math.log2(flops), math.log2(flops / (esize * (m * k + k * n + m * n)))
 
@@ -111,7 +127,7 @@ class ShapeCurve:
         xs = [x for _, pts in self.levels for x, _ in pts]
         return ((2 ** min(xs) / 2) ** (1 / 3), (2 ** max(xs) / 2) ** (1 / 3))
 
-    def at_shape(self, m, n, k) -> tuple[float, bool]:
+    def at_shape(self, m: float, n: float, k: float) -> tuple[float, bool]:
         x, y = self.coords(max(m, 1.0), max(n, 1.0), max(k, 1.0), self.esize)
         lv = self.levels
         for ly, pts in lv:            # on a measured level (levels are stored rounded to 1e-6)
@@ -333,7 +349,7 @@ def load_profile(path: str) -> Device:
         collectives=tuple(doc.get("collectives") or ()))
 
 
-def device_of(cluster) -> Device:
+def device_of(cluster: Any) -> Device:
     """The scenario's device: its profile when it names one, else the preset."""
     prof = getattr(cluster, "device_profile", "")
     return load_profile(prof) if prof else get_device(cluster.device)

@@ -98,7 +98,7 @@ class Key:
     def required(self) -> bool:
         return self.default is REQUIRED
 
-    def kind_value(self):
+    def kind_value(self) -> Any:
         """The kind, with a late registry read into its tuple of allowed values."""
         return self.kind() if callable(self.kind) else self.kind
 
@@ -142,7 +142,7 @@ class Section:
     def __iter__(self):
         return iter(self.keys)
 
-    def items(self):
+    def items(self) -> Any:
         return self.keys.items()
 
     def __getitem__(self, k: str) -> Key:
@@ -155,7 +155,7 @@ class Section:
         return table(self)
 
 
-def as_key(spec) -> Key:
+def as_key(spec: Key | tuple) -> Key:
     """A Key from a Key or an older `(kind, required, default)` tuple."""
     if isinstance(spec, Key):
         return spec
@@ -175,8 +175,8 @@ def table(section: Section) -> dict:
 
 # --- declaring keys on dataclass fields ------------------------------------------------------------
 
-def spec_field(kind, doc: str = "", *, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING,
-               yaml_default: Any = dataclasses.MISSING, required: Optional[bool] = None, **key) -> Any:
+def spec_field(kind: Any, doc: str = "", *, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING,
+               yaml_default: Any = dataclasses.MISSING, required: Optional[bool] = None, **key: Any) -> Any:
     """A dataclass field that declares its YAML key.
 
     `default` / `default_factory` are the spec's default; `yaml_default` what an absent key reads
@@ -225,7 +225,7 @@ def section_of(cls) -> Section:
 
 # --- validation ------------------------------------------------------------------------------------
 
-def validate_map(raw, schema, path: str, errs: Collector) -> dict:
+def validate_map(raw: Any, schema: Section | dict, path: str, errs: Collector) -> dict:
     """Checks a YAML mapping against a Section (or a `(kind, required, default)` table); returns the
     parsed values of the keys the loader checks.
 
@@ -308,7 +308,7 @@ def validate_tree(raw: Any, section: Section, path: str, errs: Collector) -> Non
             parse_value(value, key.as_tuple()[0], p, errs)
 
 
-def parse_value(value, kind, path: str, errs: Collector):
+def parse_value(value: Any, kind: Any, path: str, errs: Collector) -> Any:
     """One value of a kind; a problem is added to `errs` and the result is None."""
     if isinstance(kind, str) and kind.endswith("?"):
         # optional value: absent (None) stays None
@@ -361,7 +361,7 @@ def parse_value(value, kind, path: str, errs: Collector):
 
 # --- resolved dump ---------------------------------------------------------------------------------
 
-def dump(obj, section: Section) -> dict:
+def dump(obj: Any, section: Section) -> dict:
     """A spec (dataclass, or tuple entry) as its YAML mapping: every declared key with its value,
     nested sections dumped in turn, tuples as lists; keys with a dump policy left out as declared."""
     out = {}

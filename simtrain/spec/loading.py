@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
 
@@ -131,7 +132,7 @@ def encoder_presets() -> dict:
         return yaml.safe_load(f)
 
 
-def apply_overrides(raw: dict, overrides, errs: Collector) -> dict:
+def apply_overrides(raw: dict, overrides: Iterable[str] | None, errs: Collector) -> dict:
     """`--set a.b.c=value`: value parsed as YAML, so `8`, `true`, `"300 GB/s"` and `[7, 8]` all work."""
     raw = copy.deepcopy(raw)
     for ov in overrides or ():
@@ -344,7 +345,7 @@ def _resolve_encoder(raw, errs: Collector):
     return EncoderSpec(name=name, **v)
 
 
-def load_scenario(path, overrides=()) -> tuple[Scenario, Topology]:
+def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> tuple[Scenario, Topology]:
     path = Path(path)
     errs = Collector(str(path))
     try:
@@ -365,7 +366,8 @@ def load_scenario(path, overrides=()) -> tuple[Scenario, Topology]:
     return build_scenario(raw, path, errs)
 
 
-def build_scenario(raw: dict, path: Path, errs: Collector, topology_loader=load_topology) -> tuple[Scenario, Topology]:
+def build_scenario(raw: dict, path: Path, errs: Collector,
+                   topology_loader: Callable[[Path, int], Topology] = load_topology) -> tuple[Scenario, Topology]:
     for k in raw:
         if k not in TOP:
             close = difflib.get_close_matches(str(k), sorted(TOP), n=1)

@@ -297,7 +297,7 @@ class _Reader:
 SECTION_KEYS = tuple(RELIABILITY)
 
 
-def parse_section(user, errs: Collector, scenario_seed: int = 0) -> ReliabilitySpec | None:
+def parse_section(user: Any, errs: Collector, scenario_seed: int = 0) -> ReliabilitySpec | None:
     """User section (or None) + shipped defaults -> ReliabilitySpec; None when any problem was found."""
     root = "reliability"
     n0 = len(errs.problems)

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, path_class, register
+from simtrain.errors import Collector
+from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, Pick, Topology, path_class, register
 from simtrain.hardware.topology.schema import validate_map
 from simtrain.spec.fields import Key, Section
 
@@ -84,7 +85,7 @@ def _unknown(name, known):
 class Explicit(Fabric):
     """Devices, switches, NICs and links listed one by one; shortest-path routing with ECMP."""
 
-    def __init__(self, topo):
+    def __init__(self, topo: Topology) -> None:
         super().__init__(topo)
         self.dpn = topo.devices_per_node
         self.kind = {n: k for n, k in self.s.switches}
@@ -93,7 +94,7 @@ class Explicit(Fabric):
         self._leaf: dict | None = None
 
     @classmethod
-    def load(cls, v, nodes, errs):
+    def load(cls, v: dict, nodes: int, errs: Collector) -> dict:
         devs, sws, links = v["devices"], v["switches"], v["links"]
         names: dict = {}
         dlist = []
@@ -254,7 +255,7 @@ class Explicit(Fabric):
         self._paths[(a, b)] = out
         return out
 
-    def route(self, src, dst, pick=None, cache=None):
+    def route(self, src: int, dst: int, pick: Pick | None = None, cache: dict | None = None) -> tuple:
         paths = self.paths(self.s.devices[src], self.s.devices[dst])
         return pick(paths) if pick is not None and len(paths) > 1 else paths[0]
 
