@@ -281,7 +281,7 @@ def link_schema(latency_default: str | None = None, doc: str = "") -> Key:
 # keys every kind accepts
 COMMON = {
     "name": Key("str", doc="topology name"),
-    "kind": Key("str", doc="the builder: " + "fat_tree | two_tier | torus | dragonfly | explicit"),
+    "kind": Key("str", doc="the builder that reads the rest of the file", choices=lambda: tuple(sorted(BUILDERS))),
     "source": Key("str", "", "where the numbers come from"),
     "device_label": Key("str", "gpu", "device label in names and results"),
     "collectives": Key("map", {}, "how collectives behave on this fabric", section=Section(COLLECTIVES)),
