@@ -27,13 +27,9 @@ class SimtrainError(Exception):
 class ConfigError(SimtrainError):
     """One or more problems in an input file; `problems` lists every one of them."""
 
-    def __init__(self, problems):
+    def __init__(self, problems: list) -> None:
         self.problems = tuple(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
-
-
-class PlanError(ConfigError):
-    """The parallel plan does not fit the model or the cluster."""
 
 
 class ScheduleError(SimtrainError):

@@ -4,6 +4,13 @@ Conventions (DESIGN.md): GB = 1e9 B, GiB = 2**30 B, b = bit, B = byte. A bare nu
 unit is needed is an error that shows the spelled form, e.g. `"300 GB/s"`.
 
 Worked example: "200 Gb/s" -> 200e9 bits/s / 8 = 25e9 B/s; "80 GiB" -> 80 * 2**30 = 85_899_345_920 B.
+
+>>> parse_bandwidth("200 Gb/s")
+25000000000.0
+>>> parse_bytes("80 GiB")
+85899345920.0
+>>> parse_time("1.5 ms")
+0.0015
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ EXAMPLES = {
     "time": '"5 us" or "1.5 ms"',
     "bytes": '"80 GiB" or "40 GB"',
     "flops": '"312 TFLOP/s"',
+    "duration": '"90 s" or "30 days"',
 }
 
 
@@ -42,7 +50,7 @@ def _need_str(value, kind):
     return value
 
 
-def parse_bytes(value) -> float:
+def parse_bytes(value: object) -> float:
     num, unit = _split(_need_str(value, "bytes"))
     m = re.fullmatch(r"(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P|)(B|b)", unit)
     if not m:
@@ -51,7 +59,7 @@ def parse_bytes(value) -> float:
     return num * scale
 
 
-def parse_bandwidth(value) -> float:
+def parse_bandwidth(value: object) -> float:
     num, unit = _split(_need_str(value, "bandwidth"))
     m = re.fullmatch(r"(Ki|Mi|Gi|Ti|k|K|M|G|T|)(B|b)(?:/s|ps)", unit)
     if not m:
@@ -63,7 +71,7 @@ def parse_bandwidth(value) -> float:
     return out
 
 
-def parse_time(value) -> float:
+def parse_time(value: object) -> float:
     num, unit = _split(_need_str(value, "time"))
     if unit not in _TIME:
         raise UnitError(f"unknown time unit {unit!r}; use s, ms, us or ns")
@@ -73,7 +81,7 @@ def parse_time(value) -> float:
     return out
 
 
-def parse_flops(value) -> float:
+def parse_flops(value: object) -> float:
     num, unit = _split(_need_str(value, "flops"))
     m = re.fullmatch(r"(k|K|M|G|T|P|)FLOP/s", unit)
     if not m:
@@ -81,7 +89,26 @@ def parse_flops(value) -> float:
     return num * _PREFIX[m.group(1)]
 
 
-PARSERS = {"bandwidth": parse_bandwidth, "time": parse_time, "bytes": parse_bytes, "flops": parse_flops}
+def parse_duration(value: object) -> float:
+    """parse_time plus days (`d`, `day`, `days`), for the spans of a long run.
+
+    >>> parse_duration("30 days")
+    2592000.0
+    >>> parse_duration("90 s")
+    90.0
+    """
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*" + _NUM + r"\s*(d|day|days)\s*", value)
+        if m:
+            out = float(m.group(1)) * 86400.0
+            if not 0 <= out < math.inf:
+                raise UnitError(f"{value!r}: a time must be finite and >= 0")
+            return out
+    return parse_time(value)
+
+
+PARSERS = {"bandwidth": parse_bandwidth, "time": parse_time, "bytes": parse_bytes, "flops": parse_flops,
+           "duration": parse_duration}
 
 
 def fmt_time(t: float) -> str:

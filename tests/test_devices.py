@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from simtrain.hardware.devices import get_device, preset_names
+from simtrain.errors import ConfigError
+from simtrain.hardware.devices import get_device, load_profile, preset_names
 
 
 def test_gemm_curve_worked_example():
@@ -57,3 +58,29 @@ def test_profile_host_overhead_hides_behind_long_kernels():
     assert t == pytest.approx(c + dev_sum)                      # the GEMM outlasts the three issues
     assert costs.duration(small) == pytest.approx(c + costs.device_time(small))
     assert costs.sequence_time([small] * 3) == pytest.approx(3 * c + costs.device_time(small))
+
+
+def test_a_bad_profile_is_checked_against_its_declaration(tmp_path):
+    """Every problem of a profile at its key path, in the `<file>: <key.path>: <problem>; <fix>` form."""
+    f = tmp_path / "bad.yaml"
+    f.write_text("schema: simtrain-profile/1\nbase: a100-sxm4-80gb\n"
+                 "gemm: [bf16, {dtype: bf16, points: [{m: 8, n: 8, k: 8, tflops: 0}]}, {dtype: bf16, points: []}]\n"
+                 "memory_bound: {points: [{bytes: 1000}]}\n"
+                 "flash_attention: {source: x}\n"
+                 "collectives: [{collective: all_reduce, ranks: 0, nodes: 1, points: [{bytes: 8, time_us: -1}]}]\n"
+                 "op_overhead: {per_operator: 45}\n")
+    with pytest.raises(ConfigError) as e:
+        load_profile(str(f))
+    text = str(e.value)
+    for line in (
+        "gemm[0]: expected a mapping, got str; write it as `key: value` lines",
+        "gemm[1].points[0].tflops: expected a number > 0, got 0; write e.g. `1.5`",
+        "gemm[2].points: empty; give at least one entry",
+        "memory_bound.points[0].bandwidth_GBps: missing required key; add `bandwidth_GBps:`",
+        "flash_attention.points: missing required key; add `points:`",
+        "collectives[0].ranks: expected a whole number >= 1, got 0; write e.g. `8`",
+        "collectives[0].points[0].time_us: expected a number > 0, got -1; write e.g. `1.5`",
+        "op_overhead.per_operator: 45 has no unit",
+        "op_overhead.source: missing required key; add `source:`",
+    ):
+        assert f"{f}: {line}" in text, line

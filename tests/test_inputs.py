@@ -120,3 +120,20 @@ def test_list_commands(capsys):
         assert main(["list", what]) == 0
     out = capsys.readouterr().out
     assert "a100-sxm4-80gb" in out and "dgx-a100" in out and "1f1b" in out and "ring" in out and "llama3-405b" in out
+
+
+def test_a_plugged_in_network_backend_is_nameable_in_yaml(tmp_path, fast_topology, monkeypatch):
+    """network.backend accepts every registered backend (a plug-in's too), and only those."""
+    from simtrain.network.registry import BACKENDS
+    monkeypatch.setitem(BACKENDS, "my_backend", BACKENDS["analytical"])
+    p = small_scenario(tmp_path, fast_topology)
+    d = yaml.safe_load(p.read_text())
+    d["network"] = {"backend": "my_backend"}
+    p.write_text(yaml.safe_dump(d))
+    sc, _ = load_scenario(p)
+    assert sc.network.backend == "my_backend"
+    d["network"] = {"backend": "nope"}
+    p.write_text(yaml.safe_dump(d))
+    with pytest.raises(ConfigError) as e:
+        load_scenario(p)
+    assert "network.backend: 'nope' is not one of analytical, flow, my_backend" in str(e.value)

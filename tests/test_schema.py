@@ -3,7 +3,10 @@ dump, the key reference, and the errors the declarations give."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,9 +14,9 @@ import yaml
 
 from simtrain.errors import ConfigError
 from simtrain.hardware.devices import PROFILE, REPO_PROFILES, load_profile
-from simtrain.hardware.topology import load_topology, shipped_topologies
+from simtrain.hardware.topology import BUILDERS, load_topology, shipped_topologies
 from simtrain.spec import schemas
-from simtrain.spec.fields import rows, section_of
+from simtrain.spec.fields import Key, Section, rows, section_of
 from simtrain.spec.loading import SCENARIO, load_scenario
 from simtrain.spec.scenario import Scenario
 
@@ -56,6 +59,8 @@ def _errors(value, s: dict, path: str = "") -> list[str]:
                 continue
             elif s.get("additionalProperties", True) is False:
                 out.append(f"{path}.{k}: not allowed")
+            elif isinstance(s.get("additionalProperties"), dict):
+                out += _errors(v, s["additionalProperties"], f"{path}.{k}")
     if isinstance(value, list) and "items" in s:
         for i, v in enumerate(value):
             out += _errors(v, s["items"], f"{path}[{i}]")
@@ -178,3 +183,44 @@ def test_declared_errors_are_all_reported_in_todays_form(tmp_path):
     assert f"{f}: parallel.tp: expected a whole number >= 1, got 'four'; write e.g. `8`" in text
     assert f"{f}: network.protocl: unknown key; did you mean `protocol`?" in text
     assert f"{f}: cluster.jitter.sigma: expected a number, got 'big'; write e.g. `0.8`" in text
+
+
+def test_every_topology_and_profile_key_is_declared_with_a_doc():
+    """Every builder declares its keys as `Key`s (none of the older tuples), each with a doc."""
+    for b in BUILDERS.values():
+        assert all(isinstance(k, Key) for k in b.schema.values()), b.kind
+        for p, _, _, _, doc in rows(Section(b.schema)):
+            assert doc, f"{b.kind}: {p} has no doc"
+    for p, _, _, _, doc in rows(PROFILE):
+        assert doc, f"profile: {p} has no doc"
+    md = schemas.markdown()
+    assert "| `switches[].kind` |" in md and "| `links[].flow_bandwidth` |" in md and "| `global_links.latency` |" in md
+
+
+def test_reliability_section_is_declared_and_always_checked(tmp_path):
+    """`reliability:` is in the key reference and the JSON Schema, and load_scenario checks it even
+    where nothing imported the reliability study."""
+    md = schemas.markdown()
+    for p in ("reliability.horizon", "reliability.checkpoint.in_memory.replicas", "reliability.failures.categories.<name>.per"):
+        assert f"| `{p}` |" in md, p
+    raw = _yaml(ROOT / "scenarios" / "llama3-405b-h100-16384-goodput.yaml")
+    raw["reliability"]["spares"]["hot_nodez"] = 3
+    raw["reliability"]["failures"]["categories"] = {"faulty_gpu": {"count": 1, "per": "rack"}, "ssd": None}
+    errs = _errors(raw, schemas.scenario_schema())
+    assert any(e.startswith(".reliability.spares.hot_nodez: not allowed") for e in errs), errs
+    assert any(e.startswith(".reliability.failures.categories.faulty_gpu") for e in errs), errs
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    code = ("import sys\nfrom simtrain.errors import ConfigError\nfrom simtrain.spec.loading import load_scenario\n"
+            f"try:\n    load_scenario({str(f)!r})\nexcept ConfigError as e:\n    print(e)\n"
+            "print(any(m.startswith('simtrain.studies') for m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True).stdout
+    assert "reliability.spares.hot_nodez: unknown key; did you mean `hot_nodes`?" in out
+    assert "reliability.failures.categories.faulty_gpu.per: 'rack' is not one of gpu, host, nic, job" in out
+    assert out.strip().endswith("False")
+
+
+def test_committed_key_reference_is_what_the_declarations_give():
+    f = ROOT / "docs" / "reference" / "keys.md"
+    assert f.read_text(encoding="utf-8") == schemas.markdown(), f"{f} is stale: run `simtrain schema --markdown > {f.relative_to(ROOT)}`"

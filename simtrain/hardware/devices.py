@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from simtrain import resources
 from simtrain.errors import Collector
-from simtrain.spec.fields import REQUIRED, Key, Section
-from simtrain.units import PARSERS, UnitError, parse_bandwidth, parse_bytes, parse_flops
+from simtrain.spec.fields import REQUIRED, Key, Section, validate_tree
+from simtrain.units import parse_bandwidth, parse_bytes, parse_flops, parse_time
 
 DATA = resources.DATA
 
@@ -35,8 +37,17 @@ class Curve:
 
     GEMM curves are swept over square shapes; the cost model places an (m, n, k) GEMM on them by
     the cube root of m·n·k (the side of the square GEMM with the same work). Example (A100, fp16):
-    2048³ -> 221.8/312 = 0.711; 2048 x 4608 x 12288 has side 4878, between 4096 (0.731) and 8192
-    (0.813) -> 0.731 + (0.813 - 0.731) · log2(4878/4096) = 0.751.
+    2048³ -> 221.8/312 = 0.711; 2048 x 4608 x 12288 has side 4876, between 4096 (0.731) and 8192
+    (0.813) -> 0.731 + (0.813 - 0.731) · log2(4876/4096) = 0.751.
+
+    >>> c = get_device("a100-sxm4-80gb").gemm["16bit"]
+    >>> round(c.at(2048)[0], 3)
+    0.711
+    >>> round((2048 * 4608 * 12288) ** (1 / 3))
+    4876
+    >>> e, inside = c.at((2048 * 4608 * 12288) ** (1 / 3))
+    >>> round(e, 3), inside
+    (0.751, True)
     """
     points: tuple        # ((size, efficiency), ...) sorted by size
     origin: str          # device key whose measurement this is
@@ -71,6 +82,11 @@ class ShapeCurve:
     range of all levels, the nearest measured value is used and the lookup is reported.
     Example: levels y = 6 {x 20: 0.4, x 30: 0.8} and y = 8 {x 20: 0.5, x 30: 0.9}; the query
     (x 25, y 7) is 0.6 on level 6 and 0.7 on level 8, so 0.65.
+
+    >>> sc = ShapeCurve(((6.0, ((20.0, 0.4), (30.0, 0.8))), (8.0, ((20.0, 0.5), (30.0, 0.9)))), "x", "", 2.0)
+    >>> levels = sc.levels[0][1], sc.levels[1][1]
+    >>> round(ShapeCurve._along(levels[0], 25.0)[0], 3), round(ShapeCurve._along(levels[1], 25.0)[0], 3)
+    (0.6, 0.7)
     """
     levels: tuple        # ((y, ((x, eff), ...)), ...) sorted by y, points sorted by x
     origin: str
@@ -78,7 +94,7 @@ class ShapeCurve:
     esize: float         # bytes per element the intensities were computed with
 
     @staticmethod
-    def from_points(points, peak: float, esize: float, origin: str, source: str) -> "ShapeCurve":
+    def from_points(points: Iterable[tuple], peak: float, esize: float, origin: str, source: str) -> "ShapeCurve":
         by_y: dict = {}
         for m, n, k, flops_per_s in points:
             x, y = ShapeCurve.coords(m, n, k, esize)
@@ -88,7 +104,7 @@ class ShapeCurve:
         return ShapeCurve(levels, origin, source, esize)
 
     @staticmethod
-    def coords(m, n, k, esize) -> tuple:
+    def coords(m: float, n: float, k: float, esize: float) -> tuple[float, float]:
         flops = 2.0 * m * n * k
         return math.log2(flops), math.log2(flops / (esize * (m * k + k * n + m * n)))
 
@@ -111,7 +127,7 @@ class ShapeCurve:
         xs = [x for _, pts in self.levels for x, _ in pts]
         return ((2 ** min(xs) / 2) ** (1 / 3), (2 ** max(xs) / 2) ** (1 / 3))
 
-    def at_shape(self, m, n, k) -> tuple[float, bool]:
+    def at_shape(self, m: float, n: float, k: float) -> tuple[float, bool]:
         x, y = self.coords(max(m, 1.0), max(n, 1.0), max(k, 1.0), self.esize)
         lv = self.levels
         for ly, pts in lv:            # on a measured level (levels are stored rounded to 1e-6)
@@ -228,8 +244,7 @@ PROFILE_SCHEMA = "simtrain-profile/1"
 
 def _points(doc: str, **keys: str) -> Key:
     """A `points:` list of measurements, each a mapping of numbers > 0."""
-    return Key("any", REQUIRED, doc, many=True, section=Section(
-        {k: Key("float", doc=d, json={"type": "number", "exclusiveMinimum": 0}) for k, d in keys.items()}, open=True))
+    return Key("any", REQUIRED, doc, many=True, section=Section({k: Key("positive", doc=d) for k, d in keys.items()}, open=True))
 
 
 # A device profile (written by simtrain calibrate): the keys load_profile reads
@@ -261,13 +276,9 @@ PROFILE = Section({
     }, open=True)),
     "op_overhead": Key("any", None, "host issue time per compute operator", section=Section({
         "per_operator": Key("time", doc="e.g. \"45 us\""),
-        "source": Key("str", doc="where it was measured"),
+        "source": Key("str", doc="where it was measured (required with per_operator)"),
     })),
 }, doc="a device profile written by simtrain calibrate", open=True)
-
-
-def _point_keys(section: str) -> tuple:
-    return tuple(PROFILE[section].entries()["points"].entries())
 
 
 ESIZE = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
@@ -300,7 +311,7 @@ def load_profile(path: str) -> Device:
     if doc.get("base") not in preset_names():
         errs.add("base", f"unknown base preset {doc.get('base')!r}", f"use one of: {', '.join(preset_names())}")
         errs.raise_if_any()
-    _check_profile(doc, errs)
+    validate_tree(doc, PROFILE, "", errs)        # every key as PROFILE declares it, at its key path
     errs.raise_if_any()
     base = get_device(doc["base"])
     key = str(doc.get("device") or Path(path).stem)
@@ -308,12 +319,9 @@ def load_profile(path: str) -> Device:
     for i, g in enumerate(doc.get("gemm") or []):
         dt = g.get("dtype")
         peak = base.peak_flop_per_s.get(dt)
-        pts = g.get("points") or []
+        pts = g["points"]
         if peak is None:
             errs.add(f"gemm[{i}].dtype", f"{base.key} has no {dt} peak to compare the measurement with", "measure a dtype the base preset has")
-            continue
-        if not pts:
-            errs.add(f"gemm[{i}].points", "empty", "give at least one measured shape")
             continue
         sc = ShapeCurve.from_points([(p["m"], p["n"], p["k"], p["tflops"] * 1e12) for p in pts], peak, ESIZE.get(dt, 2.0),
                                     key, str(g.get("source", "")))
@@ -330,14 +338,9 @@ def load_profile(path: str) -> Device:
         peak16 = base.peak_flop_per_s.get("bf16", base.peak_flop_per_s.get("fp16"))
         flash = Curve(tuple(sorted((float(p["seq"]), p["tflops"] * 1e12 / peak16) for p in fa["points"])), key, str(fa.get("source", "")))
     ov = doc.get("op_overhead") or {}
-    overhead = 0.0
-    if ov:
-        try:
-            overhead = PARSERS["time"](ov.get("per_operator"))
-        except (UnitError, TypeError) as e:
-            errs.add("op_overhead.per_operator", str(e), 'write e.g. "45 us"')
-        if not ov.get("source"):
-            errs.add("op_overhead.source", "missing", "say where the overhead was measured")
+    overhead = parse_time(ov["per_operator"]) if ov else 0.0
+    if ov and not ov["source"].strip():
+        errs.add("op_overhead.source", "empty", "say where the overhead was measured")
     errs.raise_if_any()
     return dataclasses.replace(
         base, key=key, base=base.key, op_overhead=overhead, profile_status=str(doc.get("status", "")), op_overhead_source=str(ov.get("source", "")), name=f"{base.name} (profile {Path(path).name})", gemm=gemm, gemm_shapes=tuple(shapes),
@@ -346,59 +349,7 @@ def load_profile(path: str) -> Device:
         collectives=tuple(doc.get("collectives") or ()))
 
 
-def _positive(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 and math.isfinite(x)
-
-
-def _check_profile(doc: dict, errs) -> None:
-    """Every measured section of a profile: lists of mappings with positive numbers, each problem
-    at its key path (e.g. gemm[0].points[2].tflops)."""
-    fix = "give the file simtrain calibrate wrote, or fix the value"
-
-    def points(path, sect, keys):
-        pts = sect.get("points") if isinstance(sect, dict) else None
-        if not isinstance(pts, list) or not pts:
-            errs.add(f"{path}.points", "missing or empty", fix)
-            return
-        for j, pt in enumerate(pts):
-            if not isinstance(pt, dict):
-                errs.add(f"{path}.points[{j}]", "expected a mapping", fix)
-                continue
-            for k in keys:
-                if not _positive(pt.get(k)):
-                    errs.add(f"{path}.points[{j}].{k}", f"expected a number > 0, got {pt.get(k)!r}", fix)
-
-    for name, keys in (("gemm", _point_keys("gemm")),):
-        sects = doc.get(name) or []
-        if not isinstance(sects, list):
-            errs.add(name, "expected a list", fix)
-            continue
-        for i, g in enumerate(sects):
-            if not isinstance(g, dict):
-                errs.add(f"{name}[{i}]", "expected a mapping with dtype and points", fix)
-                continue
-            points(f"{name}[{i}]", g, keys)
-    for name, keys in (("memory_bound", _point_keys("memory_bound")), ("flash_attention", _point_keys("flash_attention"))):
-        if doc.get(name) is not None:
-            points(name, doc[name], keys)
-    colls = doc.get("collectives") or []
-    if not isinstance(colls, list):
-        errs.add("collectives", "expected a list", fix)
-        colls = []
-    for i, c in enumerate(colls):
-        if not isinstance(c, dict):
-            errs.add(f"collectives[{i}]", "expected a mapping", fix)
-            continue
-        for k in ("ranks", "nodes"):
-            if not isinstance(c.get(k), int) or c.get(k) < 1:
-                errs.add(f"collectives[{i}].{k}", f"expected a whole number >= 1, got {c.get(k)!r}", fix)
-        points(f"collectives[{i}]", c, _point_keys("collectives"))
-    ov = doc.get("op_overhead")
-    if ov is not None and not isinstance(ov, dict):
-        errs.add("op_overhead", "expected a mapping with per_operator and source", 'write e.g. `op_overhead: {per_operator: "45 us", source: "..."}`')
-
-
-def device_of(cluster) -> Device:
+def device_of(cluster: Any) -> Device:
     """The scenario's device: its profile when it names one, else the preset."""
     prof = getattr(cluster, "device_profile", "")
     return load_profile(prof) if prof else get_device(cluster.device)

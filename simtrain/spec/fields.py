@@ -5,13 +5,14 @@ spec dataclasses declare theirs on the fields (`spec_field`), so a field's type,
 sit in one place, and `section_of(cls)` reads them back. From a section simtrain derives:
 
   validation     `validate_map` / `parse_value`: every problem of a file collected with its key
-                 path, `<file>: <key.path>: <problem>; <fix>`, unknown keys with a "did you mean"
+                 path, `<file>: <key.path>: <problem>; <fix>`, unknown keys with a "did you mean";
+                 `validate_tree` checks a whole tree, lists of entries included
   resolved dump  `dump(obj, section)`: the spec in the YAML layout with every default filled in
   key reference  `markdown_table(sections)`: one row per key path
   JSON Schema    `json_schema(section)`: for editors and CI (draft 2020-12)
 
 Kinds: the unit parsers of `simtrain.units` (bandwidth, time, bytes, flops: strings with a unit,
-parsed to SI), int, posint, float, bool, str, any, a tuple of allowed values, and "map" (a nested
+parsed to SI), int, posint, float, positive (a finite number > 0), bool, str, any, a tuple of allowed values, and "map" (a nested
 section, checked recursively). `optional=True` lets a value be null (absent stays None).
 
 Validation also accepts the older `(kind, required, default)` tuples of a table, with "kind?" for
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Optional
@@ -36,7 +38,7 @@ class _Required:
 
 REQUIRED: Any = _Required()
 
-UNIT_KINDS = {"bandwidth": "B/s", "time": "s", "bytes": "B", "flops": "FLOP/s"}
+UNIT_KINDS = {"bandwidth": "B/s", "time": "s", "bytes": "B", "flops": "FLOP/s", "duration": "s"}
 # what a string with a unit looks like (simtrain.units), for JSON Schema
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 UNIT_PATTERNS = {
@@ -44,6 +46,7 @@ UNIT_PATTERNS = {
     "time": rf"^\s*{_NUM}\s*(?:s|ms|us|µs|ns|min|h)\s*$",
     "bytes": rf"^\s*{_NUM}\s*(?:Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?[Bb]\s*$",
     "flops": rf"^\s*{_NUM}\s*(?:k|K|M|G|T|P)?FLOP/s\s*$",
+    "duration": rf"^\s*{_NUM}\s*(?:s|ms|us|µs|ns|min|h|d|day|days)\s*$",
 }
 
 
@@ -60,6 +63,7 @@ class Key:
               of a mapping that the loader reads itself (kind "any"); a dataclass stands for its
               `section_of`
     many      the value is a list of `section` entries
+    named     the value maps names to `section` entries (null or false: no entry of that name)
     json      the JSON Schema of the value where the kind does not say enough
     loader    False: read by the loader before the table check (preset names, file references);
               listed in the reference and the JSON Schema, not in the table
@@ -80,6 +84,7 @@ class Key:
     optional: bool = False
     section: Any = None
     many: bool = False
+    named: bool = False
     json: Optional[dict] = None
     loader: bool = True
     derived: str = ""
@@ -93,7 +98,7 @@ class Key:
     def required(self) -> bool:
         return self.default is REQUIRED
 
-    def kind_value(self):
+    def kind_value(self) -> Any:
         """The kind, with a late registry read into its tuple of allowed values."""
         return self.kind() if callable(self.kind) else self.kind
 
@@ -137,7 +142,7 @@ class Section:
     def __iter__(self):
         return iter(self.keys)
 
-    def items(self):
+    def items(self) -> Any:
         return self.keys.items()
 
     def __getitem__(self, k: str) -> Key:
@@ -150,7 +155,7 @@ class Section:
         return table(self)
 
 
-def as_key(spec) -> Key:
+def as_key(spec: Key | tuple) -> Key:
     """A Key from a Key or an older `(kind, required, default)` tuple."""
     if isinstance(spec, Key):
         return spec
@@ -170,8 +175,8 @@ def table(section: Section) -> dict:
 
 # --- declaring keys on dataclass fields ------------------------------------------------------------
 
-def spec_field(kind, doc: str = "", *, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING,
-               yaml_default: Any = dataclasses.MISSING, required: Optional[bool] = None, **key) -> Any:
+def spec_field(kind: Any, doc: str = "", *, default: Any = dataclasses.MISSING, default_factory: Any = dataclasses.MISSING,
+               yaml_default: Any = dataclasses.MISSING, required: Optional[bool] = None, **key: Any) -> Any:
     """A dataclass field that declares its YAML key.
 
     `default` / `default_factory` are the spec's default; `yaml_default` what an absent key reads
@@ -220,7 +225,7 @@ def section_of(cls) -> Section:
 
 # --- validation ------------------------------------------------------------------------------------
 
-def validate_map(raw, schema, path: str, errs: Collector) -> dict:
+def validate_map(raw: Any, schema: Section | dict, path: str, errs: Collector) -> dict:
     """Checks a YAML mapping against a Section (or a `(kind, required, default)` table); returns the
     parsed values of the keys the loader checks.
 
@@ -259,11 +264,51 @@ def validate_map(raw, schema, path: str, errs: Collector) -> dict:
     return out
 
 
-def _join(path, key) -> str:
+def _join(path: str, key: Any) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
-def parse_value(value, kind, path: str, errs: Collector):
+def validate_tree(raw: Any, section: Section, path: str, errs: Collector) -> None:
+    """Checks a whole YAML tree against a Section, nested sections and lists of entries included
+    (where `validate_map` leaves kind "any" to the loader): unknown keys (unless the section is
+    `open`), missing required keys, values of the wrong kind, and required lists that are empty.
+    Every problem goes to `errs` at its key path, e.g. `gemm[0].points[2].tflops`."""
+    if not isinstance(raw, dict):
+        errs.add(path or "<top>", f"expected a mapping, got {type(raw).__name__}", "write it as `key: value` lines")
+        return
+    if not section.open:
+        known = list(section)
+        for key in raw:
+            if key not in section and not (section.notes and section.notes(key)):
+                close = difflib.get_close_matches(str(key), known, n=1)
+                errs.add(_join(path, key), "unknown key", f"did you mean `{close[0]}`?" if close else f"allowed keys: {', '.join(known)}")
+    for name, key in section.items():
+        p = _join(path, name)
+        value = raw.get(name)
+        if name not in raw or value is None:
+            if key.required:
+                errs.add(p, "missing required key", f"add `{name}:`")
+            continue
+        sub = key.entries()
+        if key.many:
+            if not isinstance(value, list):
+                errs.add(p, f"expected a list, got {type(value).__name__}", "write it as a list of `- key: value` entries")
+            elif not value and key.required:
+                errs.add(p, "empty", "give at least one entry")
+            else:
+                for i, entry in enumerate(value):
+                    validate_tree(entry, sub, f"{p}[{i}]", errs)
+        elif key.named and isinstance(value, dict):
+            for n, entry in value.items():
+                if entry is not None and entry is not False:
+                    validate_tree(entry, sub, _join(p, n), errs)
+        elif sub is not None:
+            validate_tree(value, sub, p, errs)
+        else:
+            parse_value(value, key.as_tuple()[0], p, errs)
+
+
+def parse_value(value: Any, kind: Any, path: str, errs: Collector) -> Any:
     """One value of a kind; a problem is added to `errs` and the result is None."""
     if isinstance(kind, str) and kind.endswith("?"):
         # optional value: absent (None) stays None
@@ -289,6 +334,11 @@ def parse_value(value, kind, path: str, errs: Collector):
             errs.add(path, f"expected a number, got {value!r}", "write e.g. `0.8`")
             return None
         return float(value)
+    if kind == "positive":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            errs.add(path, f"expected a number > 0, got {value!r}", "write e.g. `1.5`")
+            return None
+        return float(value)
     if kind == "bool":
         if not isinstance(value, bool):
             errs.add(path, f"expected true or false, got {value!r}", "write `true` or `false`")
@@ -311,7 +361,7 @@ def parse_value(value, kind, path: str, errs: Collector):
 
 # --- resolved dump ---------------------------------------------------------------------------------
 
-def dump(obj, section: Section) -> dict:
+def dump(obj: Any, section: Section) -> dict:
     """A spec (dataclass, or tuple entry) as its YAML mapping: every declared key with its value,
     nested sections dumped in turn, tuples as lists; keys with a dump policy left out as declared."""
     out = {}
@@ -352,7 +402,12 @@ def value_schema(key: Key) -> dict:
         s = dict(key.json)
     elif sub is not None and kind in ("map", "any"):
         obj = object_schema(sub)
-        s = {"type": "array", "items": obj} if key.many else obj
+        if key.many:
+            s = {"type": "array", "items": obj, **({"minItems": 1} if key.required else {})}
+        elif key.named:
+            s = {"type": "object", "additionalProperties": {"anyOf": [obj, {"enum": [None, False]}]}}
+        else:
+            s = obj
     elif kind in UNIT_PATTERNS:
         s = {"type": "string", "pattern": UNIT_PATTERNS[kind], "examples": [x.strip('"') for x in EXAMPLES[kind].split(" or ")]}
     elif kind == "int":
@@ -361,6 +416,8 @@ def value_schema(key: Key) -> dict:
         s = {"type": "integer", "minimum": 1}
     elif kind == "float":
         s = {"type": "number"}
+    elif kind == "positive":
+        s = {"type": "number", "exclusiveMinimum": 0}
     elif kind == "bool":
         s = {"type": "boolean"}
     elif allowed is not None:
@@ -410,6 +467,8 @@ def _type_text(key: Key) -> str:
     allowed = key.allowed()
     if key.many:
         t = "list of mappings"
+    elif key.named:
+        t = "mapping of names to mappings"
     elif allowed is not None:
         t = " \\| ".join(f"`{x}`" for x in allowed)
     elif k in UNIT_KINDS:
@@ -419,7 +478,7 @@ def _type_text(key: Key) -> str:
     elif key.json is not None and "description" in key.json:
         t = key.json["description"]
     else:
-        t = {"posint": "whole number >= 1", "int": "whole number", "float": "number", "bool": "true \\| false",
+        t = {"posint": "whole number >= 1", "int": "whole number", "float": "number", "positive": "number > 0", "bool": "true \\| false",
              "str": "text", "any": "any"}.get(k, str(k))
     return t + (" or null" if key.optional else "")
 
@@ -450,7 +509,7 @@ def rows(section: Section, prefix: str = "") -> list[tuple]:
         out.append((p, _type_text(key), _default_text(key), unit, key.doc))
         sub = key.entries()
         if sub is not None:
-            out.extend(rows(sub, p))
+            out.extend(rows(sub, p + ".<name>" if key.named else p))
     return out
 
 

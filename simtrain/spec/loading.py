@@ -9,9 +9,9 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 import yaml
 
@@ -23,6 +23,7 @@ from simtrain.plan.grid import POLICIES
 from simtrain.plan.heterogeneity import Jitter, Straggler
 from simtrain.schedules import SCHEDULES
 from simtrain.schedules.csvio import read_csv
+from simtrain.spec import reliability
 from simtrain.spec.fields import parse_value, section_of, validate_map
 from simtrain.spec.scenario import (
     COST,
@@ -56,16 +57,6 @@ CLUSTER = section_of(ClusterSpec)
 NETWORK = section_of(NetworkSpec)
 TOP = tuple(SCENARIO)
 REQUIRED_SECTIONS = tuple(k for k, key in SCENARIO.items() if key.required)
-
-# Sections owned by later stages (e.g. `reliability:`, simtrain.studies.reliability): the stage
-# registers a check that runs with the scenario's own, so every problem is reported together.
-SECTION_CHECKS: dict = {}
-
-
-def register_section(name: str, check: Callable[[dict, Collector], None]) -> None:
-    """`check(raw_scenario, errs)` runs whenever a scenario has a `name:` section."""
-    SECTION_CHECKS[name] = check
-
 
 def _resolve_heterogeneity(cluster: dict, errs: Collector) -> None:
     """cluster.stragglers / jitter / mixed -> the spec's tuples (see simtrain.stragglers)."""
@@ -141,7 +132,7 @@ def encoder_presets() -> dict:
         return yaml.safe_load(f)
 
 
-def apply_overrides(raw: dict, overrides, errs: Collector) -> dict:
+def apply_overrides(raw: dict, overrides: Iterable[str] | None, errs: Collector) -> dict:
     """`--set a.b.c=value`: value parsed as YAML, so `8`, `true`, `"300 GB/s"` and `[7, 8]` all work."""
     raw = copy.deepcopy(raw)
     for ov in overrides or ():
@@ -354,7 +345,7 @@ def _resolve_encoder(raw, errs: Collector):
     return EncoderSpec(name=name, **v)
 
 
-def load_scenario(path, overrides=()) -> tuple[Scenario, Topology]:
+def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> tuple[Scenario, Topology]:
     path = Path(path)
     errs = Collector(str(path))
     try:
@@ -375,7 +366,8 @@ def load_scenario(path, overrides=()) -> tuple[Scenario, Topology]:
     return build_scenario(raw, path, errs)
 
 
-def build_scenario(raw: dict, path: Path, errs: Collector, topology_loader=load_topology) -> tuple[Scenario, Topology]:
+def build_scenario(raw: dict, path: Path, errs: Collector,
+                   topology_loader: Callable[[Path, int], Topology] = load_topology) -> tuple[Scenario, Topology]:
     for k in raw:
         if k not in TOP:
             close = difflib.get_close_matches(str(k), sorted(TOP), n=1)
@@ -443,9 +435,8 @@ def build_scenario(raw: dict, path: Path, errs: Collector, topology_loader=load_
             pr = v.get("price_per_device_hour")
             if isinstance(pr, (int, float)) and pr <= 0:
                 errs.add("cost.price_per_device_hour", f"must be > 0, got {pr}", "give the US$ price of one device-hour, e.g. 2.0")
-    for section, check in SECTION_CHECKS.items():
-        if section in raw:
-            check(raw, errs)
+    if "reliability" in raw:
+        reliability.check_section(raw, errs)     # every problem of the file reported together
     errs.raise_if_any()
     parallel.pop("_csv_schedule", None)
     if parallel.get("vpp") is None:

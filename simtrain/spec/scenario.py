@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from simtrain.spec.fields import Key, Section, dump, section_of, spec_field
+from simtrain.spec.reliability import RELIABILITY
 
 
 def _registry(module: str, attr: str, pick=None):
@@ -33,6 +34,8 @@ def _algorithms(collective: str):
 
 _SCHEDULES = _registry("simtrain.schedules", "SCHEDULES")
 _DEVICES = _registry("simtrain.hardware.devices", "preset_names")
+# every backend registered with simtrain.network.registry, a plug-in's included
+_BACKENDS = _registry("simtrain.network.registry", "BACKENDS")
 _POSINTS = {"type": "array", "items": {"type": "integer", "minimum": 1}}
 
 
@@ -239,7 +242,7 @@ class ClusterSpec:
 @dataclass(frozen=True)
 class NetworkSpec:
     """How collectives and point-to-point messages are costed."""
-    backend: str = spec_field(("analytical", "flow"), "analytical: link classes; flow: max-min fair flows on the graph",
+    backend: str = spec_field(_BACKENDS, "analytical: link classes; flow: max-min fair flows on the graph",
                               default="analytical")
     # algorithm per collective: auto (the fastest predicted, as NCCL's tuner) or a registered name
     all_reduce: str = spec_field(_algorithms("all_reduce"), "all-reduce algorithm (auto: the fastest predicted)", default="auto")
@@ -264,7 +267,7 @@ class Scenario:
     _keys_after = {
         "cost": Key("any", None, "device price", section=COST),
         "reliability": Key("any", None, "failures, checkpoints and restarts of a long run (simtrain reliability)",
-                           json={"type": "object", "description": "see simtrain/data/reliability.yaml for the keys"}),
+                           section=RELIABILITY),
     }
 
     name: str = spec_field("str", "scenario name")

@@ -33,6 +33,15 @@ docstring says how its classes are chosen.
 Values are per device, per direction. Worked example (dgx-a100, nodes 128): device node3.gpu5 ->
 node3.gpu6: scale_up, 300 GB/s, 3 us; node3.gpu5 -> node40.gpu5 (another leaf): min(25 GB/s NIC,
 25/1 uplink) = 25 GB/s, 5 us.
+
+>>> t = load_topology(REPO_TOPOLOGIES / "dgx-a100.yaml", 128)
+>>> a, b, c = 3 * 8 + 5, 3 * 8 + 6, 40 * 8 + 5
+>>> t.device_id(a), t.device_id(c)
+('node3.gpu5', 'node40.gpu5')
+>>> t.link_class_name(a, b), t.link(a, b).bw / 1e9, round(t.link(a, b).latency * 1e6, 6)
+('scale_up', 300.0, 3.0)
+>>> t.link_class_name(a, c), t.link(a, c).bw / 1e9, round(t.link(a, c).latency * 1e6, 6)
+('spine', 25.0, 5.0)
 """
 from __future__ import annotations
 

@@ -19,13 +19,19 @@ Conventions every builder keeps:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import networkx as nx
 import numpy as np
 
+from simtrain.errors import Collector
 from simtrain.spec.fields import REQUIRED, Key, Section
+
+# chooses among equal-cost routes: pick(options, salt=None) -> one of options (ECMP)
+Pick = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -83,11 +89,6 @@ class Topology:
         return self.nodes * self.devices_per_node
 
     @property
-    def devices_per_domain(self) -> int:
-        """Alias of `devices_per_node`: devices per scale-up domain."""
-        return self.devices_per_node
-
-    @property
     def hosts_per_node(self) -> int:
         return self.devices_per_node // self.devices_per_host
 
@@ -117,7 +118,7 @@ class Topology:
     def graph(self) -> nx.Graph:
         return self.fabric.graph()
 
-    def route(self, src: int, dst: int, pick=None, cache: dict | None = None) -> tuple:
+    def route(self, src: int, dst: int, pick: Pick | None = None, cache: dict | None = None) -> tuple:
         """Graph node names of the route src -> dst. `pick(options, salt=None)` chooses among
         equal-cost options (ECMP; by default the first); `cache` holds the builder's path cache."""
         return self.fabric.route(src, dst, pick, cache)
@@ -131,7 +132,7 @@ class Topology:
     def _link_by_class(self, cls: str) -> LinkClass:
         return self.fabric.link_class(cls)
 
-    def span_class(self, devices) -> str:
+    def span_class(self, devices: Iterable[int]) -> str:
         """The link class of the widest hop a group of devices spans (for collectives)."""
         return self.fabric.span_class(devices)
 
@@ -163,7 +164,7 @@ class Fabric(ABC):
 
     @classmethod
     @abstractmethod
-    def load(cls, v: dict, nodes: int, errs) -> dict:
+    def load(cls, v: dict, nodes: int, errs: Collector) -> dict:
         """YAML values -> Topology fields (each builder its own)."""
 
     def graph(self) -> nx.Graph:
@@ -193,21 +194,21 @@ class Fabric(ABC):
         """leaf_of of every device (builders with closed-form indices override it with numpy)."""
         return [self.leaf_of(d) for d in range(self.t.num_devices)]
 
-    def leaves_of(self, devices):
+    def leaves_of(self, devices: np.ndarray) -> np.ndarray:
         """leaf_of of a numpy array of devices, as a numpy array."""
         return np.asarray(self.leaf_array(), dtype=np.int64)[devices]
 
-    def link_class_names(self, a, b) -> list:
+    def link_class_names(self, a: np.ndarray, b: np.ndarray) -> list:
         """link_class_name of every pair (a[i], b[i]) (arrays of device indices)."""
         return [self.link_class_name(int(x), int(y)) for x, y in zip(a, b)]
 
-    def link_class_codes(self, a, b) -> tuple:
+    def link_class_codes(self, a: np.ndarray, b: np.ndarray) -> tuple:
         """(codes, names): names[codes[i]] is link_class_name(a[i], b[i])."""
         names: dict = {}
         codes = np.asarray([names.setdefault(n, len(names)) for n in self.link_class_names(a, b)], dtype=np.int64)
         return codes, list(names)
 
-    def span_class(self, devices) -> str:
+    def span_class(self, devices: Iterable[int]) -> str:
         t = self.t
         devices = list(devices)
         if len({t.node_of(d) for d in devices}) <= 1:
@@ -224,7 +225,7 @@ class Fabric(ABC):
         return f"{t.nodes} nodes x {t.devices_per_node} {t.device_label}s" if count else f"{t.devices_per_node} {t.device_label}s per node"
 
 
-def path_class(g: nx.Graph, path, name: str, efficiency: float, extra_bw: float = float("inf"),
+def path_class(g: nx.Graph, path: Sequence, name: str, efficiency: float, extra_bw: float = float("inf"),
                extra_latency: float = 0.0) -> LinkClass:
     """LinkClass of a path of graph nodes: the smallest per-flow bandwidth on it and the sum of its
     latencies (plus `extra_*` for links outside the path, e.g. injection links of unused routers)."""
@@ -244,7 +245,7 @@ class Builder:
 BUILDERS: dict = {}
 
 
-def register(kind: str, schema: dict, doc: str = ""):
+def register(kind: str, schema: dict, doc: str = "") -> Callable[[type], type]:
     """Registers a Fabric subclass as the builder of `kind` with its YAML schema."""
     def deco(cls):
         BUILDERS[kind] = Builder(kind, schema, cls, doc or (cls.__doc__ or kind).strip().splitlines()[0])
@@ -280,14 +281,14 @@ def link_schema(latency_default: str | None = None, doc: str = "") -> Key:
 # keys every kind accepts
 COMMON = {
     "name": Key("str", doc="topology name"),
-    "kind": Key("str", doc="the builder: " + "fat_tree | two_tier | torus | dragonfly | explicit"),
+    "kind": Key("str", doc="the builder that reads the rest of the file", choices=lambda: tuple(sorted(BUILDERS))),
     "source": Key("str", "", "where the numbers come from"),
     "device_label": Key("str", "gpu", "device label in names and results"),
     "collectives": Key("map", {}, "how collectives behave on this fabric", section=Section(COLLECTIVES)),
 }
 
 
-def collectives_section(v: dict, errs) -> tuple:
+def collectives_section(v: dict, errs: Collector) -> tuple:
     c = dict(v.get("collectives") or {})
     eff = c.get("nvls_efficiency")
     if eff is not None and not 0 < eff <= 1:

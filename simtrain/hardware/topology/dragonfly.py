@@ -23,6 +23,12 @@ group 1 (local + global + local where such a pair exists).
 
 Worked example (dragonfly.yaml: 9 groups x 8 routers, h = 4, 25 GB/s links): 8·4 = 32 global
 ports per group, 32 // 8 = 4 links to each other group; g0r5 -> g3r2 is 1 to 3 hops.
+
+>>> links = global_links(9, 8, 4)
+>>> len(links), len(links) // (9 * 8 // 2)
+(144, 4)
+>>> sum(1 for (gi, _), (gj, _) in links if {gi, gj} == {0, 3})
+4
 """
 from __future__ import annotations
 
@@ -30,7 +36,9 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, link_schema, path_class, register
+from simtrain.errors import Collector
+from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, Pick, Topology, link_schema, path_class, register
+from simtrain.spec.fields import Key
 
 
 @dataclass(frozen=True)
@@ -47,15 +55,15 @@ class DragonflySpec:
 
 
 SCHEMA = dict(COMMON, **{
-    "groups": ("posint", True, None),
-    "routers_per_group": ("posint", True, None),
-    "global_links_per_router": ("int", True, None),
-    "devices_per_router": ("posint", False, 1),
-    "injection": link_schema("0 us"),
-    "local_links": link_schema(),
-    "global_links": link_schema(),
-    "efficiency": ("float", False, 1.0),
-    "efficiency_source": ("str", False, ""),
+    "groups": Key("posint", doc="groups of routers, joined by global links"),
+    "routers_per_group": Key("posint", doc="routers of a group (a), linked all-to-all by local links"),
+    "global_links_per_router": Key("int", doc="global links of one router (h)"),
+    "devices_per_router": Key("posint", 1, "devices on one router (p; a simtrain node)"),
+    "injection": link_schema("0 us", "device to router link"),
+    "local_links": link_schema(doc="router to router link inside a group"),
+    "global_links": link_schema(doc="router to router link between groups"),
+    "efficiency": Key("float", 1.0, "measured share of the bandwidth a collective gets, in (0, 1]"),
+    "efficiency_source": Key("str", "", "where efficiency comes from"),
 })
 
 
@@ -79,7 +87,7 @@ def global_links(groups: int, a: int, h: int) -> list:
 class Dragonfly(Fabric):
     """Devices on routers in all-to-all groups joined by global links, minimal (local-global-local) routing."""
 
-    def __init__(self, topo):
+    def __init__(self, topo: Topology) -> None:
         super().__init__(topo)
         s = self.s
         self.a = s.routers_per_group
@@ -95,7 +103,7 @@ class Dragonfly(Fabric):
         self._cache: dict = {}
 
     @classmethod
-    def load(cls, v, nodes, errs):
+    def load(cls, v: dict, nodes: int, errs: Collector) -> dict:
         g, a, h = v["groups"], v["routers_per_group"], v["global_links_per_router"]
         if h < 0:
             errs.add("global_links_per_router", "must be >= 0", "write e.g. `4`")
@@ -171,7 +179,7 @@ class Dragonfly(Fabric):
         self._cache[(ra, rb)] = paths
         return paths
 
-    def route(self, src, dst, pick=None, cache=None):
+    def route(self, src: int, dst: int, pick: Pick | None = None, cache: dict | None = None) -> tuple:
         paths = self.router_paths(src // self.dpr, dst // self.dpr)
         chosen = pick(paths) if pick is not None and len(paths) > 1 else paths[0]
         return (self.device_id(src),) + chosen + (self.device_id(dst),)

@@ -29,8 +29,10 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, path_class, register
+from simtrain.errors import Collector
+from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, Pick, Topology, path_class, register
 from simtrain.hardware.topology.schema import validate_map
+from simtrain.spec.fields import Key, Section
 
 KINDS = ("scale_up_switch", "nic", "switch", "leaf", "spine", "core", "router")
 ATTACH = ("switch", "leaf", "router")
@@ -43,29 +45,35 @@ class ExplicitSpec:
     links: tuple         # (a, b, bw, flow_bw, latency)
 
 
-SCHEMA = dict(COMMON, **{
-    "devices_per_node": ("posint", False, 1),
-    "scale_up": ("map", False, {
-        "efficiency": ("float", False, 1.0),
-        "efficiency_source": ("str", False, ""),
-    }),
-    "scale_out": ("map", False, {
-        "efficiency": ("float", False, 1.0),
-        "efficiency_source": ("str", False, ""),
-    }),
-    "devices": ("any", True, None),
-    "switches": ("any", False, []),
-    "links": ("any", True, None),
-})
+_EFF = Key("float", 1.0, "measured share of the bandwidth a collective gets on this tier, in (0, 1]")
+_EFF_SOURCE = Key("str", "", "where efficiency comes from")
 
-SWITCH = {"name": ("str", True, None), "kind": (KINDS, True, None)}
-LINK = {
-    "a": ("str", True, None),
-    "b": ("str", True, None),
-    "bandwidth": ("bandwidth", True, None),
-    "latency": ("time", True, None),
-    "flow_bandwidth": ("bandwidth?", False, None),
-}
+# one entry of `switches:`
+SWITCH = Section({
+    "name": Key("str", doc="unique name of the element (links refer to it)"),
+    "kind": Key(KINDS, doc="scale_up_switch: its links are scale-up links; switch, leaf, router: a device's attachment"),
+}, doc="a switch or NIC")
+
+# one entry of `links:`
+LINK = Section({
+    "a": Key("str", doc="one end: a listed device or switch"),
+    "b": Key("str", doc="the other end"),
+    "bandwidth": Key("bandwidth", doc="per direction"),
+    "latency": Key("time", doc="one hop"),
+    "flow_bandwidth": Key("bandwidth", None, "what one flow gets under full load (absent: bandwidth)", optional=True),
+}, doc="a link between two elements")
+
+SCHEMA = dict(COMMON, **{
+    "devices_per_node": Key("posint", 1, "devices per scale-up domain; devices are listed domain by domain"),
+    "scale_up": Key("map", {}, "the scale-up tier (links touching a scale_up_switch)",
+                    section=Section({"efficiency": _EFF, "efficiency_source": _EFF_SOURCE})),
+    "scale_out": Key("map", {}, "the scale-out tier (every other link)",
+                     section=Section({"efficiency": _EFF, "efficiency_source": _EFF_SOURCE})),
+    "devices": Key("any", doc="device names, in device-index order",
+                   json={"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "list of names"}),
+    "switches": Key("any", [], "switches and NICs", many=True, section=SWITCH),
+    "links": Key("any", doc="every link, listed once (bandwidth per direction)", many=True, section=LINK),
+})
 
 
 def _unknown(name, known):
@@ -77,7 +85,7 @@ def _unknown(name, known):
 class Explicit(Fabric):
     """Devices, switches, NICs and links listed one by one; shortest-path routing with ECMP."""
 
-    def __init__(self, topo):
+    def __init__(self, topo: Topology) -> None:
         super().__init__(topo)
         self.dpn = topo.devices_per_node
         self.kind = {n: k for n, k in self.s.switches}
@@ -86,7 +94,7 @@ class Explicit(Fabric):
         self._leaf: dict | None = None
 
     @classmethod
-    def load(cls, v, nodes, errs):
+    def load(cls, v: dict, nodes: int, errs: Collector) -> dict:
         devs, sws, links = v["devices"], v["switches"], v["links"]
         names: dict = {}
         dlist = []
@@ -247,7 +255,7 @@ class Explicit(Fabric):
         self._paths[(a, b)] = out
         return out
 
-    def route(self, src, dst, pick=None, cache=None):
+    def route(self, src: int, dst: int, pick: Pick | None = None, cache: dict | None = None) -> tuple:
         paths = self.paths(self.s.devices[src], self.s.devices[dst])
         return pick(paths) if pick is not None and len(paths) > 1 else paths[0]
 

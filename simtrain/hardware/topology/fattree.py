@@ -46,16 +46,29 @@ destination's). Each is the min `flow_bw` and summed latency of a representative
 
 Worked example (dgx-a100, nodes 128): device node3.gpu5 -> node3.gpu6: scale_up, 300 GB/s, 3 us;
 node3.gpu5 -> node40.gpu5 (another leaf): min(25 GB/s NIC, 25/1 uplink) = 25 GB/s, 5 us.
+
+>>> from simtrain.hardware.topology import REPO_TOPOLOGIES, load_topology
+
+>>> t = load_topology(REPO_TOPOLOGIES / "dgx-a100.yaml", 128)
+>>> a, b, c = 3 * 8 + 5, 3 * 8 + 6, 40 * 8 + 5
+>>> t.device_id(a), t.device_id(c)
+('node3.gpu5', 'node40.gpu5')
+>>> t.link_class_name(a, b), t.link(a, b).bw / 1e9, round(t.link(a, b).latency * 1e6, 6)
+('scale_up', 300.0, 3.0)
+>>> t.link_class_name(a, c), t.link(a, c).bw / 1e9, round(t.link(a, c).latency * 1e6, 6)
+('spine', 25.0, 5.0)
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import networkx as nx
 import numpy as np
 
-from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, path_class, register
+from simtrain.errors import Collector
+from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, Pick, Topology, path_class, register
 from simtrain.hardware.topology.schema import validate_map
 from simtrain.spec.fields import REQUIRED, Key, Section
 
@@ -135,7 +148,7 @@ class FatTree(Fabric):
     """Scale-up domains (switch or full mesh, one or several hosts) on a rail-optimized or plain,
     single- or multi-plane, two- or three-level fat-tree with oversubscription at each level."""
 
-    def __init__(self, topo):
+    def __init__(self, topo: Topology) -> None:
         super().__init__(topo)
         t, s = topo, self.s
         self.dpn = t.devices_per_node
@@ -155,7 +168,7 @@ class FatTree(Fabric):
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def load(cls, v, nodes, errs):
+    def load(cls, v: dict, nodes: int, errs: Collector) -> dict:
         up, out = v["scale_up"], v["scale_out"]
         dpn = v["devices_per_node"]
         if dpn is not None and dpn < 1:
@@ -410,7 +423,7 @@ class FatTree(Fabric):
         self._core_cache[(la, lb)] = paths
         return paths
 
-    def route(self, src, dst, pick=None, cache=None):
+    def route(self, src: int, dst: int, pick: Pick | None = None, cache: dict | None = None) -> tuple:
         if src // self.dpn == dst // self.dpn:
             return self._intra(src, dst)
         prefix = ()
@@ -442,7 +455,7 @@ class FatTree(Fabric):
             return pre + "spine"
         return pre + "core"
 
-    def leaves_of(self, d):
+    def leaves_of(self, d: np.ndarray) -> np.ndarray:
         """`leaf_of` of a numpy array of devices (same formula)."""
         s = self.s
         node, k = d // self.dpn, (d % self.dpn) // self.dpnic
@@ -461,7 +474,7 @@ class FatTree(Fabric):
         the sender's side, so not assumed."""
         return self.s.planes == 1
 
-    def link_class_codes(self, a, b) -> tuple:
+    def link_class_codes(self, a: np.ndarray, b: np.ndarray) -> tuple:
         """`link_class_name` over arrays of device pairs as codes into `_CODES` (numpy)."""
         a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
         s = self.s
@@ -487,12 +500,12 @@ class FatTree(Fabric):
             out[rest] = base + 3 * pxn
         return out, list(self._CODES)
 
-    def link_class_names(self, a, b) -> list:
+    def link_class_names(self, a: np.ndarray, b: np.ndarray) -> list:
         """`link_class_name` over arrays of device pairs, with the same rules in numpy."""
         codes, names = self.link_class_codes(a, b)
         return [names[c] for c in codes.tolist()]
 
-    def span_of_leaves(self, nodes: int, leaves) -> str:
+    def span_of_leaves(self, nodes: int, leaves: np.ndarray) -> str:
         """`span_class` from a group's node count and its distinct leaves (single-host domains)."""
         if nodes <= 1:
             return "scale_up"
@@ -501,7 +514,7 @@ class FatTree(Fabric):
         pods = ((leaves % self.lpp) // self.lu) // self.upp
         return "core" if (pods != pods[0]).any() else "spine"
 
-    def span_class(self, devices) -> str:
+    def span_class(self, devices: Iterable[int]) -> str:
         devices = np.asarray(devices, dtype=np.int64)
         if len(np.unique(devices // self.dpn)) <= 1:
             if self.s.domain_topology is not None and len(np.unique(devices // self.dph)) > 1:

@@ -27,15 +27,27 @@ routers is costed with the diameter route.
 Worked example (torus-2d, 16 x 16, 50 GB/s links, 1 us per hop, 1 chip per router): chip x0y0 ->
 chip x15y0 is one hop over the wrap link (leaf class, 50 GB/s, 1 us); the diameter is 8 + 8 = 16
 hops (spine class, 16 us).
+
+>>> from simtrain.hardware.topology import REPO_TOPOLOGIES, load_topology
+>>> t = load_topology(REPO_TOPOLOGIES / "torus-2d.yaml", 256)
+>>> t.fabric.index([15, 0]), t.fabric.coords(15 + 16 * 8)
+(15, [15, 8])
+>>> t.link_class_name(0, 15), t.fabric.hops(0, 15), t.link(0, 15).bw / 1e9, round(t.link(0, 15).latency * 1e6, 6)
+('leaf', 1, 50.0, 1.0)
+>>> t.fabric.hops(0, 8 + 16 * 8), round(t.link(0, 8 + 16 * 8).latency * 1e6, 6)
+(16, 16.0)
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
 
-from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, link_schema, path_class, register
+from simtrain.errors import Collector
+from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, Pick, Topology, link_schema, path_class, register
+from simtrain.spec.fields import Key
 
 
 @dataclass(frozen=True)
@@ -49,13 +61,15 @@ class TorusSpec:
 
 
 SCHEMA = dict(COMMON, **{
-    "dims": ("any", True, None),
-    "wrap": ("bool", False, True),
-    "devices_per_router": ("posint", False, 1),
-    "injection": link_schema("0 us"),
-    "links": link_schema(),
-    "efficiency": ("float", False, 1.0),
-    "efficiency_source": ("str", False, ""),
+    "dims": Key("any", doc="routers per dimension, 1 to 3 whole numbers >= 1 (x fastest)",
+                json={"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "maxItems": 3,
+                      "description": "list of 1 to 3 whole numbers >= 1"}),
+    "wrap": Key("bool", True, "true: a torus (wrap-around links); false: a mesh"),
+    "devices_per_router": Key("posint", 1, "devices on one router (a simtrain node); 1: a chip that is its own router"),
+    "injection": link_schema("0 us", "device to router link"),
+    "links": link_schema(doc="router to router link, each dimension"),
+    "efficiency": Key("float", 1.0, "measured share of the bandwidth a collective gets, in (0, 1]"),
+    "efficiency_source": Key("str", "", "where efficiency comes from"),
 })
 
 AXES = "xyz"
@@ -65,14 +79,14 @@ AXES = "xyz"
 class Torus(Fabric):
     """Devices on routers of a 1-, 2- or 3-D torus or mesh, minimal routing with ECMP per hop."""
 
-    def __init__(self, topo):
+    def __init__(self, topo: Topology) -> None:
         super().__init__(topo)
         self.dims = self.s.dims
         self.routers = math.prod(self.dims)
         self.dpr = topo.devices_per_node
 
     @classmethod
-    def load(cls, v, nodes, errs):
+    def load(cls, v: dict, nodes: int, errs: Collector) -> dict:
         dims = v["dims"]
         if (not isinstance(dims, list) or not 1 <= len(dims) <= 3
                 or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in dims)):
@@ -99,7 +113,7 @@ class Torus(Fabric):
             out.append(c)
         return out
 
-    def index(self, c) -> int:
+    def index(self, c: Sequence[int]) -> int:
         r, stride = 0, 1
         for x, k in zip(c, self.dims):
             r += x * stride
@@ -145,7 +159,7 @@ class Torus(Fabric):
         return g
 
     # ------------------------------------------------------------------ routing
-    def router_path(self, ra: int, rb: int, pick=None) -> list:
+    def router_path(self, ra: int, rb: int, pick: Pick | None = None) -> list:
         """Router names of one minimal route; `pick(moves, salt=hop)` chooses the next move."""
         ca, cb = self.coords(ra), self.coords(rb)
         rem = []                                   # per dimension: (hops left, allowed directions)
@@ -176,7 +190,7 @@ class Torus(Fabric):
             path.append(self.router_name(self.index(cur)))
             step += 1
 
-    def route(self, src, dst, pick=None, cache=None):
+    def route(self, src: int, dst: int, pick: Pick | None = None, cache: dict | None = None) -> tuple:
         A, B = self.device_id(src), self.device_id(dst)
         return (A,) + tuple(self.router_path(src // self.dpr, dst // self.dpr, pick)) + (B,)
 
@@ -189,7 +203,7 @@ class Torus(Fabric):
             return "scale_up"
         return "leaf" if self.hops(ra, rb) == 1 else "spine"
 
-    def span_class(self, devices) -> str:
+    def span_class(self, devices: Iterable[int]) -> str:
         return "scale_up" if len({d // self.dpr for d in devices}) <= 1 else "spine"
 
     def _link_class(self, cls: str) -> LinkClass:

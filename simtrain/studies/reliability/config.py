@@ -1,393 +1,47 @@
-"""The scenario's `reliability:` section -> a frozen ReliabilitySpec (spec stage of the job model).
+"""The scenario's `reliability:` section, for the reliability study.
 
-The shipped defaults (simtrain/data/reliability.yaml, every number with its source) are merged
-under the user's section key by key, then the whole tree is checked at once: every problem is
-collected as `<file>: reliability.<key.path>: <problem>; <fix>`. Keys ending in `source` are free
-text (where a number comes from) and are kept out of the checks.
-
-Durations accept the units of simtrain.units plus days: "30 days", "12 h", "90 s".
-Failure rates are per unit-hour (`rate_per_unit_hour`) or a published `count` over the
-`exposure` of the defaults (Llama 3: 54 days on 16,384 GPUs / 2,048 hosts / 16,384 NICs), e.g.
-faulty_gpu: 148 / (16,384 GPUs x 1,296 h) = 6.97e-6 per GPU-hour.
+The section is part of the scenario file format: its keys are declared and checked in
+`simtrain.spec.reliability` (every `load_scenario` checks it with the rest of the scenario);
+this module gives the study its spec, with `--set reliability.x=...` overrides applied.
 """
 from __future__ import annotations
 
-import copy
-import difflib
-import re
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
-from simtrain import resources
 from simtrain.errors import Collector
-from simtrain.spec.fields import parse_value
-from simtrain.spec.loading import apply_overrides, register_section
-from simtrain.units import UnitError, parse_time
+from simtrain.spec.loading import apply_overrides
+from simtrain.spec.reliability import (
+    ACTIONS,
+    DETECTIONS,
+    DISTRIBUTIONS,
+    METHODS,
+    PER,
+    RELIABILITY,
+    Category,
+    CheckpointSpec,
+    FailureSpec,
+    RecoverySpec,
+    ReliabilitySpec,
+    SparesSpec,
+    defaults,
+    parse_section,
+    scenario_seed,
+)
+from simtrain.units import parse_duration
 
-DATA = resources.DATA / "reliability.yaml"
-
-PER = ("gpu", "host", "nic", "job")
-ACTIONS = ("swap", "restart")
-DETECTIONS = ("crash", "hang", "none")
-METHODS = ("sync", "async", "in_memory")
-DISTRIBUTIONS = ("exponential", "weibull")
-
-
-@lru_cache(maxsize=None)
-def defaults() -> dict:
-    with open(DATA) as f:
-        return yaml.safe_load(f)
-
-
-def parse_duration(value) -> float:
-    """simtrain.units.parse_time plus days (`d`, `day`, `days`): "30 days" -> 2,592,000 s."""
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(d|day|days)\s*", value)
-        if m:
-            out = float(m.group(1)) * 86400.0
-            if not out >= 0:
-                raise UnitError(f"{value!r}: a time must be >= 0")
-            return out
-    return parse_time(value)
+__all__ = ["ACTIONS", "Category", "CheckpointSpec", "DETECTIONS", "DISTRIBUTIONS", "FailureSpec", "METHODS", "PER",
+           "RELIABILITY", "RecoverySpec", "ReliabilitySpec", "SparesSpec", "defaults", "load_spec", "parse_duration",
+           "parse_section"]
 
 
-@dataclass(frozen=True)
-class Category:
-    name: str
-    rate_per_unit_hour: float
-    per: str                 # gpu | host | nic | job
-    action: str              # swap | restart
-    detection: str           # crash | hang | none
-    group: str
-    planned: bool = False
-
-
-@dataclass(frozen=True)
-class FailureSpec:
-    categories: tuple
-    distribution: str = "exponential"
-    weibull_shape: float = 1.0
-    rate_scale: float = 1.0      # multiplies every rate (what-if: a less or more reliable fleet)
-
-
-@dataclass(frozen=True)
-class RecoverySpec:
-    detect_crash_s: float
-    detect_hang_s: float
-    requeue_s: float
-    launch_s: float
-    comm_init_base_s: float
-    comm_init_per_rank_s: float
-    read_bandwidth: float
-    load_fixed_s: float
-    warmup_steps: int
-    warmup_slowdown: float
-
-
-@dataclass(frozen=True)
-class CheckpointSpec:
-    method: str
-    interval_s: float | None         # None: auto (Daly's higher-order optimum)
-    size_bytes: float | None         # None: from the memory model
-    write_bandwidth: float
-    node_bandwidth: float | None     # None: the topology's NICs x NIC bandwidth per host
-    fixed_overhead_s: float
-    snapshot_bandwidth: float
-    snapshot_overhead_s: float
-    background_slowdown: float
-    replicas: int
-    persist_interval_s: float
-    host_memory_bytes: float
-    usable_host_memory_fraction: float
-
-
-@dataclass(frozen=True)
-class SparesSpec:
-    hot_nodes: int
-    repair_time_s: float
-    swap_time_s: float
-    elastic: bool
-    min_dp_fraction: float
-
-
-@dataclass(frozen=True)
-class ReliabilitySpec:
-    horizon_s: float | None
-    tokens: float | None
-    trials: int
-    seed: int
-    step_time_s: float | None        # None: from the step simulation
-    step_time_cv: float
-    failures: FailureSpec
-    recovery: RecoverySpec
-    checkpoint: CheckpointSpec
-    spares: SparesSpec
-
-
-def _is_note(key) -> bool:
-    return isinstance(key, str) and (key.endswith("source") or key.endswith("reasoning"))
-
-
-def _merge(base, over):
-    if isinstance(base, dict) and isinstance(over, dict):
-        out = dict(base)
-        for k, v in over.items():
-            out[k] = _merge(base.get(k), v) if k in base else copy.deepcopy(v)
-        return out
-    return copy.deepcopy(over)
-
-
-class _Reader:
-    """Reads one mapping of the merged tree against its allowed keys, collecting problems."""
-
-    def __init__(self, errs: Collector, path: str):
-        self.errs, self.path = errs, path
-
-    def sub(self, tree: dict, key: str, allowed) -> dict:
-        p = f"{self.path}.{key}"
-        node = tree.get(key, {})
-        if node is None:
-            node = {}
-        if not isinstance(node, dict):
-            self.errs.add(p, f"expected a mapping, got {type(node).__name__}", "write it as `key: value` lines")
-            return {}
-        self.unknown(node, allowed, p)
-        return node
-
-    def unknown(self, node: dict, allowed, path: str):
-        for k in node:
-            if _is_note(k) or k in allowed:
-                continue
-            close = difflib.get_close_matches(str(k), list(allowed), n=1)
-            self.errs.add(f"{path}.{k}", "unknown key", f"did you mean `{close[0]}`?" if close else f"allowed keys: {', '.join(allowed)}")
-
-    def duration(self, node: dict, key: str, path: str, allow_none=False):
-        v = node.get(key)
-        if v is None and allow_none:
-            return None
-        try:
-            return parse_duration(v)
-        except UnitError as e:
-            self.errs.add(f"{path}.{key}", str(e), 'write e.g. "90 s", "10 min", "12 h" or "30 days"')
-            return None
-
-    def value(self, node: dict, key: str, kind, path: str):
-        return parse_value(node.get(key), kind, f"{path}.{key}", self.errs)
-
-    def number(self, node: dict, key: str, path: str, lo=0.0, hi=None, lo_open=False):
-        v = parse_value(node.get(key), "float", f"{path}.{key}", self.errs)
-        if v is None:
-            return None
-        bad = (v <= lo) if lo_open else (v < lo)
-        if bad or (hi is not None and v > hi):
-            rng = f"{'>' if lo_open else '>='} {lo:g}" + (f" and <= {hi:g}" if hi is not None else "")
-            self.errs.add(f"{path}.{key}", f"{v!r} is out of range", f"use a number {rng}")
-            return None
-        return v
-
-
-SECTION_KEYS = ("horizon", "tokens", "trials", "seed", "step_time", "step_time_cv", "failures", "recovery", "checkpoint", "spares")
-
-
-def parse_section(user, errs: Collector, scenario_seed: int = 0) -> ReliabilitySpec | None:
-    """User section (or None) + shipped defaults -> ReliabilitySpec; None when any problem was found."""
-    root = "reliability"
-    n0 = len(errs.problems)
-    if user is None:
-        user = {}
-    if not isinstance(user, dict):
-        errs.add(root, f"expected a mapping, got {type(user).__name__}", "write e.g. `reliability: {horizon: \"30 days\"}`")
-        return None
-    r = _Reader(errs, root)
-    r.unknown(user, SECTION_KEYS, root)
-    d = defaults()
-    tree = {"failures": copy.deepcopy(d["failures"]), "recovery": copy.deepcopy(d["recovery"]),
-            "checkpoint": copy.deepcopy(d["checkpoint"]), "spares": copy.deepcopy(d["spares"])}
-    for k in ("failures", "recovery", "checkpoint", "spares"):
-        if k in user and user[k] is not None and not isinstance(user[k], dict):
-            errs.add(f"{root}.{k}", f"expected a mapping, got {type(user[k]).__name__}", "write it as `key: value` lines")
-            continue
-        if k in user and user[k] is not None:
-            tree[k] = _merge(tree[k], user[k])
-
-    horizon = tokens = None
-    if "horizon" in user and "tokens" in user:
-        errs.add(root, "both `horizon` and `tokens` are given", "give one: a wall-clock horizon or a token budget")
-    if "tokens" in user:
-        tokens = r.number(user, "tokens", root, lo=0, lo_open=True)
-    else:
-        horizon = r.duration({"horizon": user.get("horizon", "30 days")}, "horizon", root)
-        if horizon is not None and horizon <= 0:
-            errs.add(f"{root}.horizon", "must be > 0", 'write e.g. "30 days"')
-    trials = parse_value(user.get("trials", 100), "posint", f"{root}.trials", errs)
-    seed = parse_value(user.get("seed", scenario_seed), "int", f"{root}.seed", errs)
-    step_time = r.duration(user, "step_time", root, allow_none=True)
-    if step_time is not None and step_time <= 0:
-        errs.add(f"{root}.step_time", "must be > 0", 'write e.g. "12 s" or leave it out (taken from the step simulation)')
-    cv = r.number({"step_time_cv": user.get("step_time_cv", 0.0)}, "step_time_cv", root, lo=0.0, hi=1.0)
-
-    failures = _failures(r, tree, root)
-    recovery = _recovery(r, tree, root)
-    checkpoint = _checkpoint(r, tree, root)
-    spares = _spares(r, tree, root)
-    if len(errs.problems) > n0:
-        return None
-    return ReliabilitySpec(horizon_s=horizon, tokens=tokens, trials=trials, seed=seed, step_time_s=step_time,
-                           step_time_cv=cv, failures=failures, recovery=recovery, checkpoint=checkpoint, spares=spares)
-
-
-def _failures(r: _Reader, tree: dict, root: str):
-    p = f"{root}.failures"
-    f = r.sub(tree, "failures", ("exposure", "categories", "planned", "distribution", "weibull_shape", "rate_scale", "cross_check"))
-    exp = f.get("exposure") or {}
-    hours = float(exp.get("days", 0)) * 24.0
-    units = {"gpu": exp.get("gpus"), "host": exp.get("hosts"), "nic": exp.get("nics"), "job": 1}
-    dist = r.value({"distribution": f.get("distribution", "exponential")}, "distribution", DISTRIBUTIONS, p)
-    shape = r.number({"weibull_shape": f.get("weibull_shape", 1.0)}, "weibull_shape", p, lo=0.0, lo_open=True)
-    scale = r.number({"rate_scale": f.get("rate_scale", 1.0)}, "rate_scale", p, lo=0.0)
-    cats = []
-    raw = f.get("categories") or {}
-    if not isinstance(raw, dict):
-        r.errs.add(f"{p}.categories", "expected a mapping of category name -> fields", "write e.g. `faulty_gpu: {count: 148, per: gpu}`")
-        raw = {}
-
-    def one(name, c, cp, planned):
-        if c is None or c is False:
-            return None                         # `name: null` / `name: false` drops a shipped category
-        if not isinstance(c, dict):
-            r.errs.add(cp, f"expected a mapping, got {type(c).__name__}", "write e.g. `{rate_per_unit_hour: 1.0e-6, per: gpu}` or `null` to drop it")
-            return None
-        r.unknown(c, ("count", "rate_per_unit_hour", "per", "action", "detection", "group", "enabled"), cp)
-        if c.get("enabled", True) is False:
-            return None
-        per = r.value({"per": c.get("per", "gpu")}, "per", PER, cp)
-        if "rate_per_unit_hour" in c:
-            rate = r.number(c, "rate_per_unit_hour", cp, lo=0.0)
-        elif "count" in c:
-            cnt = r.number(c, "count", cp, lo=0.0)
-            n = units.get(per) if per else None
-            if cnt is None or per is None:
-                return None
-            if not n or hours <= 0:
-                r.errs.add(cp, f"a count needs the exposure (failures.exposure.days and the number of {per}s)",
-                           "give `rate_per_unit_hour:` instead")
-                return None
-            rate = cnt / (float(n) * hours)
-        else:
-            r.errs.add(cp, "no rate", "give `rate_per_unit_hour:` (failures per unit-hour) or `count:` over failures.exposure")
-            return None
-        action = r.value({"action": c.get("action", "restart" if planned else "swap")}, "action", ACTIONS, cp)
-        det = r.value({"detection": c.get("detection", "none" if planned else "crash")}, "detection", DETECTIONS, cp)
-        group = c.get("group", "planned" if planned else name)
-        if None in (rate, per, action, det):
-            return None
-        return Category(str(name), rate, per, action, det, str(group), planned)
-
-    for name, c in raw.items():
-        cat = one(name, c, f"{p}.categories.{name}", False)
-        if cat is not None:
-            cats.append(cat)
-    pl = f.get("planned")
-    if pl not in (None, False):
-        cat = one("planned", pl, f"{p}.planned", True)
-        if cat is not None:
-            cats.append(cat)
-    return FailureSpec(tuple(cats), dist, shape, scale) if None not in (dist, shape, scale) else None
-
-
-def _recovery(r: _Reader, tree: dict, root: str):
-    p = f"{root}.recovery"
-    rec = r.sub(tree, "recovery", ("detection", "restart", "load", "warmup"))
-    det = r.sub(rec, "detection", ("crash", "hang"))
-    rs = r.sub(rec, "restart", ("requeue", "launch", "comm_init_base", "comm_init_per_rank"))
-    ld = r.sub(rec, "load", ("read_bandwidth", "fixed"))
-    wu = r.sub(rec, "warmup", ("steps", "slowdown"))
-    vals = dict(
-        detect_crash_s=r.duration(det, "crash", f"{p}.detection"), detect_hang_s=r.duration(det, "hang", f"{p}.detection"),
-        requeue_s=r.duration(rs, "requeue", f"{p}.restart"), launch_s=r.duration(rs, "launch", f"{p}.restart"),
-        comm_init_base_s=r.duration(rs, "comm_init_base", f"{p}.restart"),
-        comm_init_per_rank_s=r.duration(rs, "comm_init_per_rank", f"{p}.restart"),
-        read_bandwidth=r.value(ld, "read_bandwidth", "bandwidth", f"{p}.load"), load_fixed_s=r.duration(ld, "fixed", f"{p}.load"),
-        warmup_steps=r.value({"steps": wu.get("steps", 0)}, "steps", "int", f"{p}.warmup"),
-        warmup_slowdown=r.number({"slowdown": wu.get("slowdown", 1.0)}, "slowdown", f"{p}.warmup", lo=1.0),
-    )
-    if vals["warmup_steps"] is not None and vals["warmup_steps"] < 0:
-        r.errs.add(f"{p}.warmup.steps", "must be >= 0", "write e.g. `3`")
-        return None
-    return None if None in vals.values() else RecoverySpec(**vals)
-
-
-def _checkpoint(r: _Reader, tree: dict, root: str):
-    p = f"{root}.checkpoint"
-    ck = r.sub(tree, "checkpoint", ("method", "interval", "size", "storage", "fixed_overhead", "snapshot_bandwidth",
-                                    "snapshot_overhead", "background_slowdown", "in_memory"))
-    st = r.sub(ck, "storage", ("write_bandwidth", "node_bandwidth"))
-    im = r.sub(ck, "in_memory", ("replicas", "persist_interval", "host_memory", "usable_host_memory_fraction"))
-    method = r.value(ck, "method", METHODS, p)
-    iv = ck.get("interval", "auto")
-    interval = None
-    if iv != "auto":
-        interval = r.duration(ck, "interval", p)
-        if interval is not None and interval <= 0:
-            r.errs.add(f"{p}.interval", "must be > 0", 'write e.g. "30 min" or `auto`')
-            interval = None
-            method = None
-    size = None
-    if ck.get("size") is not None:
-        size = r.value(ck, "size", "bytes", p)
-    nb = st.get("node_bandwidth", "topology")
-    node_bw = None if nb == "topology" else r.value(st, "node_bandwidth", "bandwidth", f"{p}.storage")
-    vals = dict(
-        method=method, write_bandwidth=r.value(st, "write_bandwidth", "bandwidth", f"{p}.storage"),
-        fixed_overhead_s=r.duration(ck, "fixed_overhead", p), snapshot_bandwidth=r.value(ck, "snapshot_bandwidth", "bandwidth", p),
-        snapshot_overhead_s=r.duration(ck, "snapshot_overhead", p),
-        background_slowdown=r.number(ck, "background_slowdown", p, lo=0.0),
-        replicas=r.value(im, "replicas", "posint", f"{p}.in_memory"),
-        persist_interval_s=r.duration(im, "persist_interval", f"{p}.in_memory"),
-        host_memory_bytes=r.value(im, "host_memory", "bytes", f"{p}.in_memory"),
-        usable_host_memory_fraction=r.number(im, "usable_host_memory_fraction", f"{p}.in_memory", lo=0.0, hi=1.0, lo_open=True),
-    )
-    if vals["replicas"] is not None and vals["replicas"] < 2 and method == "in_memory":
-        r.errs.add(f"{p}.in_memory.replicas", "an in-memory checkpoint needs a copy on at least one peer host", "use replicas: 2 or more")
-        return None
-    if None in vals.values() or (nb != "topology" and node_bw is None) or (ck.get("size") is not None and size is None):
-        return None
-    return CheckpointSpec(interval_s=interval, size_bytes=size, node_bandwidth=node_bw, **vals)
-
-
-def _spares(r: _Reader, tree: dict, root: str):
-    p = f"{root}.spares"
-    sp = r.sub(tree, "spares", ("hot_nodes", "repair_time", "swap_time", "elastic", "min_dp_fraction"))
-    hot = r.value(sp, "hot_nodes", "int", p)
-    if hot is not None and hot < 0:
-        r.errs.add(f"{p}.hot_nodes", "must be >= 0", "write e.g. `32`")
-        hot = None
-    vals = dict(hot_nodes=hot, repair_time_s=r.duration(sp, "repair_time", p), swap_time_s=r.duration(sp, "swap_time", p),
-                elastic=r.value(sp, "elastic", "bool", p),
-                min_dp_fraction=r.number(sp, "min_dp_fraction", p, lo=0.0, hi=1.0, lo_open=True))
-    return None if None in vals.values() else SparesSpec(**vals)
-
-
-def validate_section(raw_scenario: dict, errs: Collector) -> None:
-    """The check simtrain.spec.loading runs when a scenario has a `reliability:` section."""
-    seed = raw_scenario.get("seed", 0)
-    parse_section(raw_scenario.get("reliability"), errs, seed if isinstance(seed, int) and not isinstance(seed, bool) else 0)
-
-
-def load_spec(path, overrides=()) -> ReliabilitySpec:
+def load_spec(path: str | Path, overrides: tuple | list = ()) -> ReliabilitySpec:
     """The reliability section of a scenario file (with `--set reliability.x=...` overrides applied)."""
     path = Path(path)
     errs = Collector(str(path))
     raw = yaml.safe_load(path.read_text())
     raw = apply_overrides(raw, overrides, errs)
-    seed = raw.get("seed", 0)
-    spec = parse_section(raw.get("reliability"), errs, seed if isinstance(seed, int) and not isinstance(seed, bool) else 0)
+    spec = parse_section(raw.get("reliability"), errs, scenario_seed(raw))
     errs.raise_if_any()
     return spec
-
-
-# checked with the rest of the scenario, every problem reported together (simtrain.spec.loading)
-register_section("reliability", validate_section)
