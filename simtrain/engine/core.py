@@ -173,7 +173,7 @@ class Timeline:
     waits: int = 0        # SimPy events the streams waited on (dependencies, rendezvous, durations)
 
 
-def run(ops: list, class_ids: list) -> Timeline:
+def run(ops: list[EOp], class_ids: list[int]) -> Timeline:
     env = simpy.Environment()
     n = len(ops)
     done = [env.event() for _ in range(n)]

@@ -97,7 +97,7 @@ class FlowBackend:
         section, busiest = self.report(ops)
         return section, self.timeline(ops, timeline, busiest)
 
-    def _runs(self, ops: list) -> tuple:
+    def _runs(self, ops: list[EOp]) -> tuple:
         """Per key: how often it runs (in the class that runs it most) and that class."""
         count: dict = {}
         for op in ops:
