@@ -19,15 +19,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from simtrain.cost.roofline import CalibratedRoofline
+from simtrain.cost.roofline import CalibratedRoofline, ComputeCostModel
 from simtrain.cost.scaled import ScaledCosts
 from simtrain.engine import core as engine
 from simtrain.hardware.devices import device_of, get_device
 from simtrain.hardware.topology import Topology
 from simtrain.network.backend import NetworkBackend
 from simtrain.network.registry import backend_for
-from simtrain.plan.grid import RankGrid, equivalence_classes, placement_of
-from simtrain.plan.heterogeneity import device_factors
+from simtrain.plan.grid import RankClass, RankGrid, equivalence_classes, placement_of
+from simtrain.plan.heterogeneity import DeviceFactors, device_factors
+from simtrain.program.ir import EOp
 from simtrain.program.lowering import Lowering
 from simtrain.results.attribution import KINDS, attribute
 from simtrain.results.critical_path import critical_path
@@ -51,7 +52,7 @@ from simtrain.schedules import schedule_for
 from simtrain.spec.scenario import Scenario
 from simtrain.workload.build import build_workload
 from simtrain.workload.flops import hardware_flops_per_step, model_flops_per_step
-from simtrain.workload.ir import Comm, Ring
+from simtrain.workload.ir import Comm, Ring, StageWork
 from simtrain.workload.moe import routing_shares
 
 
@@ -59,15 +60,15 @@ from simtrain.workload.moe import routing_shares
 class StepRun:
     """Everything a step simulation produced: the result plus what the exporters need."""
     result: StepResult
-    ops: list
-    timeline: object
-    classes: list
+    ops: list[EOp]
+    timeline: engine.Timeline
+    classes: list[RankClass]
     topology: Topology
     wall_s: float
-    link_series: dict = None      # busiest links -> [(time, utilisation)] (flow backend)
+    link_series: dict | None = None      # busiest links -> [(time, utilisation)] (flow backend)
 
 
-def collectives_section(network: NetworkBackend) -> list:
+def collectives_section(network: NetworkBackend) -> list[dict]:
     """Which algorithm and protocol each distinct collective of the step ran with (the tuner's
     choice, or the scenario's), and its predicted time split into latency and transfer."""
     out = []
@@ -83,8 +84,9 @@ def collectives_section(network: NetworkBackend) -> list:
     return out
 
 
-def straggler_section(sc: Scenario, topo: Topology, classes, ops, tl, factors, fuse: bool, costs, place, rfac,
-                      network: NetworkBackend | None = None) -> Stragglers:
+def straggler_section(sc: Scenario, topo: Topology, classes: list[RankClass], ops: list[EOp], tl: engine.Timeline,
+                      factors: DeviceFactors, fuse: bool, costs: ComputeCostModel | None, place: list[int],
+                      rfac: tuple, network: NetworkBackend | None = None) -> Stragglers:
     """The counterfactual (the same scenario without stragglers and jitter, simulated now, with
     the caller's network backend where one was given), the straggling devices, and the ranks on
     the critical path with their time on it."""
@@ -109,7 +111,7 @@ def straggler_section(sc: Scenario, topo: Topology, classes, ops, tl, factors, f
                       step_time_without_s=base, slowdown=step / base if base > 0 else 0.0, critical_path=path[:20])
 
 
-def mixed_section(grid, place, factors) -> Heterogeneity:
+def mixed_section(grid: RankGrid, place: list[int], factors: DeviceFactors) -> Heterogeneity:
     """Device types per pipeline stage, and a warning for every stage or tensor-parallel group
     that mixes types (its fast devices wait for its slow ones at every collective; place whole
     stages on one type and give slower stages fewer layers, parallel.layers_per_stage)."""
@@ -128,7 +130,7 @@ def mixed_section(grid, place, factors) -> Heterogeneity:
     return Heterogeneity(stages=stages, warnings=warnings)
 
 
-def moe_section(sc: Scenario, low, ops, tl) -> MoeSection:
+def moe_section(sc: Scenario, low: Lowering, ops: list[EOp], tl: engine.Timeline) -> MoeSection:
     """Routing and expert-parallel traffic of the step: per MoE layer, how uneven the expert-parallel
     ranks' loads are (largest rank's tokens over the mean) and what fraction of the assignments the
     capacity factor dropped; per rank and microbatch, the dispatch + combine bytes sent; and which
@@ -160,7 +162,7 @@ def moe_section(sc: Scenario, low, ops, tl) -> MoeSection:
         slowest_ep_rank=slow.ep_rank, slowest_rank=slow.ranks[0], layers=layers)
 
 
-def cp_section(sc: Scenario, work) -> ContextParallel:
+def cp_section(sc: Scenario, work: tuple[StageWork, ...]) -> ContextParallel:
     """Context parallelism: the kind, tokens per rank, and per layer and microbatch the KV bytes
     each rank sends (forward, backward)."""
     lp = work[-1].layers[-1]
@@ -178,7 +180,7 @@ def cp_section(sc: Scenario, work) -> ContextParallel:
                            bytes_sent_per_layer_forward=sent(lp.forward), bytes_sent_per_layer_backward=sent(lp.backward))
 
 
-def simulate(sc: Scenario, topo: Topology, costs=None, every_rank: bool = False, fuse: bool = True,
+def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None, every_rank: bool = False, fuse: bool = True,
              network: NetworkBackend | None = None) -> StepRun:
     """`costs` replaces the calibrated compute cost model (any ComputeCostModel). `every_rank`
     simulates each rank on its own instead of one per equivalence class (the brute-force

@@ -83,9 +83,9 @@ def test_gradient_reductions_of_two_stages_share_a_nic(tmp_path, monkeypatch, pl
     path = small_scenario(tmp_path, topo, parallel={"tp": 1, "pp": 2, "dp": 8, "placement": placement}, nodes=4,
                           training={"global_batch_size": 32}, network={"backend": "flow"})
     sc, t = load_scenario(path)
-    shared = simulate(sc, t).result["breakdown"]["exposed_comm_s"]["dp"]
+    shared = simulate(sc, t).result.breakdown.exposed_comm_s["dp"]
     monkeypatch.setattr(engine.FluidNetwork, "start", lambda self, op: self.env.timeout(op.duration))
-    alone = simulate(sc, t).result["breakdown"]["exposed_comm_s"]["dp"]
+    alone = simulate(sc, t).result.breakdown.exposed_comm_s["dp"]
     if slower:
         assert shared > 1.5 * alone
     else:

@@ -60,9 +60,9 @@ def test_ring_rounds_follow_the_closed_form(tmp_path, P):
 ])
 def test_kv_volumes_per_layer(tmp_path, kind, fwd, bwd):
     sc, topo = load_scenario(cp_scenario(tmp_path, one_node(tmp_path, 4), 4, kind))
-    r = simulate(sc, topo).result["context_parallel"]
-    assert r["bytes_sent_per_layer_forward"] == pytest.approx(fwd)
-    assert r["bytes_sent_per_layer_backward"] == pytest.approx(bwd if bwd is not None else fwd)
+    r = simulate(sc, topo).result.context_parallel
+    assert r.bytes_sent_per_layer_forward == pytest.approx(fwd)
+    assert r.bytes_sent_per_layer_backward == pytest.approx(bwd if bwd is not None else fwd)
 
 
 @pytest.mark.parametrize("kind", ["ring", "allgather", "ulysses"])
@@ -76,16 +76,16 @@ def test_free_communication_gives_a_perfect_split(tmp_path, fast_topology, kind)
     r1 = simulate(sc1, t1, FlopCost()).result
     r2 = simulate(sc2, t2, FlopCost()).result
     # the free fabric still moves 1e18 B/s: the exposed gathers / all-to-alls add ~1e-12 s
-    assert r2["step_time_s"] == pytest.approx(r1["step_time_s"], abs=1e-10)
-    assert r2["model_flops_per_step"] == pytest.approx(r1["model_flops_per_step"], rel=1e-12)
+    assert r2.step_time_s == pytest.approx(r1.step_time_s, abs=1e-10)
+    assert r2.model_flops_per_step == pytest.approx(r1.model_flops_per_step, rel=1e-12)
 
 
 def test_cp_divides_activation_memory(tmp_path, fast_topology):
     """One microbatch in flight (pp 1): a quarter of the sequence per rank stores a quarter."""
     sc1, t1 = load_scenario(cp_scenario(tmp_path, fast_topology, 1, name="a.yaml", gbs=4, dp=4))
     sc4, t4 = load_scenario(cp_scenario(tmp_path, fast_topology, 4, name="b.yaml", gbs=4))
-    a1 = simulate(sc1, t1).result["memory"][0]["activations"]
-    a4 = simulate(sc4, t4).result["memory"][0]["activations"]
+    a1 = simulate(sc1, t1).result.memory[0].activations
+    a4 = simulate(sc4, t4).result.memory[0].activations
     assert a4 == pytest.approx(a1 / 4, rel=1e-12)
 
 

@@ -154,8 +154,8 @@ def test_flow_backend_in_a_whole_step_matches_analytical_without_contention(tmp_
     for b in ("analytical", "flow"):
         sc, t = load_scenario(path, [f"network.backend={b}"])
         res[b] = simulate(sc, t).result
-    assert res["flow"]["step_time_s"] == pytest.approx(res["analytical"]["step_time_s"], rel=1e-12)
-    assert res["flow"]["breakdown"]["exposed_comm_s"]["dp"] > 0
+    assert res["flow"].step_time_s == pytest.approx(res["analytical"].step_time_s, rel=1e-12)
+    assert res["flow"].breakdown.exposed_comm_s["dp"] > 0
 
 
 def test_rings_with_several_members_per_node_stripe_over_their_nics(tmp_path):
@@ -216,11 +216,11 @@ def test_result_lists_the_busiest_links_with_the_flow_backend(tmp_path, plain_to
     path = small_scenario(tmp_path, plain_topology, parallel={"tp": 4, "pp": 1, "dp": 4}, nodes=4,
                           training={"global_batch_size": 8})
     sc, t = load_scenario(path, ["network.backend=flow"])
-    links = simulate(sc, t).result["links"]
-    assert links["by_bytes"][0]["bytes"] >= links["by_bytes"][-1]["bytes"] > 0
-    assert "->" in links["by_saturated_time"][0]["link"]
+    links = simulate(sc, t).result.links
+    assert links.by_bytes[0].nbytes >= links.by_bytes[-1].nbytes > 0
+    assert "->" in links.by_saturated_time[0].link
     sc, t = load_scenario(path)
-    assert "links" not in simulate(sc, t).result
+    assert simulate(sc, t).result.links is None
 
 
 def test_trace_has_counter_tracks_of_the_busiest_links(tmp_path, plain_topology):
@@ -337,6 +337,6 @@ def test_whole_step_on_an_nvls_fabric_agrees_across_backends(tmp_path):
     for b in ("analytical", "flow"):
         sc, t = load_scenario(path, [f"network.backend={b}"])
         res[b] = simulate(sc, t).result
-    algos = {c["algorithm"] for c in res["analytical"]["collectives"]}
+    algos = {c.algorithm for c in res["analytical"].collectives}
     assert "nvls" in algos
-    assert res["flow"]["step_time_s"] == pytest.approx(res["analytical"]["step_time_s"], rel=1e-12)
+    assert res["flow"].step_time_s == pytest.approx(res["analytical"].step_time_s, rel=1e-12)

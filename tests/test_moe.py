@@ -201,10 +201,10 @@ def test_hot_expert_makes_its_rank_the_critical_path(tmp_path, fast_topology):
     u = simulate(sc_u, t, FlopCost()).result
     r = simulate(sc_h, t, FlopCost()).result
     T = s
-    assert r["step_time_s"] - u["step_time_s"] == pytest.approx(18 * T * h * f * 2 * 1 / 1e15, rel=1e-9)
-    assert r["moe"]["slowest_ep_rank"] == 0 and r["moe"]["imbalance_max"] == pytest.approx(2.0)
-    assert u["simulated_classes"] == 1 and r["simulated_classes"] == 2     # the skew splits the ep ranks
-    assert r["model_flops_per_step"] == u["model_flops_per_step"]            # model FLOPs use nominal routing
+    assert r.step_time_s - u.step_time_s == pytest.approx(18 * T * h * f * 2 * 1 / 1e15, rel=1e-9)
+    assert r.moe.slowest_ep_rank == 0 and r.moe.imbalance_max == pytest.approx(2.0)
+    assert u.simulated_classes == 1 and r.simulated_classes == 2     # the skew splits the ep ranks
+    assert r.model_flops_per_step == u.model_flops_per_step            # model FLOPs use nominal routing
 
 
 def test_expert_optimizer_state_shards_over_expert_dp(tmp_path, fast_topology):

@@ -52,7 +52,7 @@ def test_encoder_on_the_first_stage_makes_it_the_slow_one(tmp_path, fast_topolog
     (3 x 2·S·V·H per microbatch); with 4 microbatches per rank the difference is exact."""
     sc, t = vlm(tmp_path, fast_topology)
     r = simulate(sc, t, FlopCost()).result
-    st = {x["stage"]: x["compute_s"] for x in r["stages"]}
+    st = {x.stage: x.compute_s for x in r.stages}
     m = sc.num_microbatches
     head = 3 * 2 * S * V * H
     assert st[0] - st[1] == pytest.approx(m * (encoder_flops() - head) / FlopCost.P, rel=1e-9)
@@ -63,10 +63,10 @@ def test_encoder_on_its_own_stage(tmp_path, fast_topology):
     visual tokens (T·H 16-bit values) to the first language-model stage."""
     sc, t = vlm(tmp_path, fast_topology, stages=1)
     run = simulate(sc, t, FlopCost())
-    st = {x["stage"]: x for x in run.result["stages"]}
-    assert st[0]["layers"] == Le + 1 and st[1]["layers"] == L
-    assert st[0]["compute_s"] == pytest.approx(sc.num_microbatches * encoder_flops() / FlopCost.P, rel=1e-9)
+    st = {x.stage: x for x in run.result.stages}
+    assert st[0].layers == Le + 1 and st[1].layers == L
+    assert st[0].compute_s == pytest.approx(sc.num_microbatches * encoder_flops() / FlopCost.P, rel=1e-9)
     sends = {o.bytes for o in run.ops if o.category == "pp" and o.label.startswith("send_act")}
     assert sends == {2 * Te * H}
-    mem0 = run.result["memory"][0]
-    assert mem0["weights"] == pytest.approx(2 * parameter_counts(sc)["encoder"])
+    mem0 = run.result.memory[0]
+    assert mem0.weights == pytest.approx(2 * parameter_counts(sc)["encoder"])

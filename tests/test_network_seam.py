@@ -64,16 +64,16 @@ def test_every_shipped_scenario_runs_through_a_third_backend(stem):
     sc, topo = load_scenario(ROOT / "scenarios" / f"{stem}.yaml")
     net = FixedBackend()
     r = simulate(sc, topo, network=net).result
-    step = r["step_time_s"]
+    step = r.step_time_s
     assert math.isfinite(step) and step > 0
-    assert 0 < r["mfu"] < 1
-    assert "links" not in r
-    for row in r["collectives"]:
-        assert row["algorithm"] == "fixed"
-        assert row["seconds"] == pytest.approx(LATENCY + row["bytes"] / BANDWIDTH, rel=1e-12)
-    assert r["collectives"]
-    for st in r["stages"]:
-        total = st["compute_s"] + st["bubble_s"] + sum(st["exposed_comm_s"][k] for k in KINDS)
+    assert 0 < r.mfu < 1
+    assert r.links is None
+    for row in r.collectives:
+        assert row.algorithm == "fixed"
+        assert row.seconds == pytest.approx(LATENCY + row.nbytes / BANDWIDTH, rel=1e-12)
+    assert r.collectives
+    for st in r.stages:
+        total = st.compute_s + st.bubble_s + sum(st.exposed_comm_s[k] for k in KINDS)
         assert total == pytest.approx(step, rel=1e-9)
 
 
@@ -85,7 +85,7 @@ def test_exposed_gradient_reduction_is_the_fixed_formula(tmp_path, plain_topolog
     buckets = math.ceil(params / 1_000_000)
     r = simulate(sc, topo, network=FixedBackend()).result
     assert buckets > 1
-    assert r["breakdown"]["exposed_comm_s"]["dp"] == pytest.approx(buckets * LATENCY + 4 * params / BANDWIDTH, rel=1e-9)
+    assert r.breakdown.exposed_comm_s["dp"] == pytest.approx(buckets * LATENCY + 4 * params / BANDWIDTH, rel=1e-9)
 
 
 def test_a_registered_backend_is_selected_by_name(tmp_path, plain_topology):
@@ -98,6 +98,6 @@ def test_a_registered_backend_is_selected_by_name(tmp_path, plain_topology):
     finally:
         del BACKENDS["fixed"]
     given = simulate(sc, topo, network=FixedBackend()).result
-    assert named["step_time_s"] == given["step_time_s"]
-    assert named["collectives"] == given["collectives"]
-    assert named["step_time_s"] != simulate(sc, topo).result["step_time_s"]
+    assert named.step_time_s == given.step_time_s
+    assert named.collectives == given.collectives
+    assert named.step_time_s != simulate(sc, topo).result.step_time_s

@@ -7,6 +7,7 @@ that is meant to move a number updates the pin in its own commit and says why.
 import pytest
 from conftest import ROOT
 
+from simtrain.results.step import StepResult
 from simtrain.simulate import simulate
 from simtrain.spec.loading import load_scenario
 from simtrain.studies import compare, search
@@ -45,8 +46,8 @@ SCHEDULES = {
 }
 
 
-def sig4(result: dict) -> tuple:
-    return tuple(f"{result[k]:.4g}" for k in KEYS)
+def sig4(result: StepResult) -> tuple:
+    return tuple(f"{getattr(result, k):.4g}" for k in KEYS)
 
 
 def test_every_shipped_scenario_is_pinned():

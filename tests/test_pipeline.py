@@ -46,11 +46,11 @@ def test_step_and_bubble_closed_form(tmp_path, fast_topology, schedule, m):
     p, layers = 4, 2                       # 8 layers over 4 stages
     f, b = layers * 1e-3, layers * 2e-3
     r = simulate(sc, topo, costs=UniformCosts(sc)).result
-    assert r["step_time_s"] == pytest.approx((m + p - 1) * (f + b), rel=1e-6)
-    assert r["bubble_fraction"] == pytest.approx((p - 1) / (m + p - 1), rel=1e-6)
-    for st in r["stages"]:
-        assert st["bubble_s"] == pytest.approx((p - 1) * (f + b), rel=1e-6)
-        assert st["compute_s"] + st["bubble_s"] + sum(st["exposed_comm_s"].values()) == pytest.approx(r["step_time_s"], rel=1e-9)
+    assert r.step_time_s == pytest.approx((m + p - 1) * (f + b), rel=1e-6)
+    assert r.bubble_fraction == pytest.approx((p - 1) / (m + p - 1), rel=1e-6)
+    for st in r.stages:
+        assert st.bubble_s == pytest.approx((p - 1) * (f + b), rel=1e-6)
+        assert st.compute_s + st.bubble_s + sum(st.exposed_comm_s.values()) == pytest.approx(r.step_time_s, rel=1e-9)
 
 
 def test_inflight_activations_follow_the_schedule(tmp_path, fast_topology):
@@ -60,7 +60,7 @@ def test_inflight_activations_follow_the_schedule(tmp_path, fast_topology):
         path = small_scenario(tmp_path, fast_topology, parallel={"schedule": schedule}, training={"global_batch_size": m})
         sc, topo = load_scenario(path)
         r = simulate(sc, topo, costs=UniformCosts(sc)).result
-        assert [x["inflight_microbatches_peak"] for x in r["memory"]] == expect
+        assert [x.inflight_microbatches_peak for x in r.memory] == expect
 
 
 def test_same_input_gives_byte_identical_result(tmp_path, plain_topology):
@@ -84,8 +84,8 @@ def test_overlapped_grad_reduce_hides_communication(tmp_path, plain_topology):
                               training={"global_batch_size": 16}, nodes=2)
         sc, topo = load_scenario(path)
         res[ov] = simulate(sc, topo).result
-    assert res[True]["breakdown"]["exposed_comm_s"]["dp"] < res[False]["breakdown"]["exposed_comm_s"]["dp"]
-    assert res[True]["step_time_s"] < res[False]["step_time_s"]
+    assert res[True].breakdown.exposed_comm_s["dp"] < res[False].breakdown.exposed_comm_s["dp"]
+    assert res[True].step_time_s < res[False].step_time_s
 
 
 def test_plan_that_does_not_fit_is_simulated_and_says_by_how_much(tmp_path, fast_topology):
@@ -98,9 +98,9 @@ def test_plan_that_does_not_fit_is_simulated_and_says_by_how_much(tmp_path, fast
     path.write_text(yaml.safe_dump(d))
     sc, topo = load_scenario(path)
     r = simulate(sc, topo).result
-    assert r["fits_in_memory"] is False
-    assert r["memory_shortfall_bytes"] == pytest.approx(r["peak_memory_bytes"] - 40e9)
-    assert r["step_time_s"] > 0
+    assert r.fits_in_memory is False
+    assert r.memory_shortfall_bytes == pytest.approx(r.peak_memory_bytes - 40e9)
+    assert r.step_time_s > 0
 
 
 def test_engine_reports_deadlock_with_the_blocked_ops():

@@ -39,9 +39,9 @@ def test_explicit_placement_moves_the_ranks(tmp_path, plain_topology):
     path = small_scenario(tmp_path, plain_topology)
     sc, topo = load_scenario(path, ["parallel.device_of_rank=[3, 2, 1, 0]"])
     r = simulate(sc, topo).result
-    assert [s["device"] for s in r["stages"]] == ["node0.gpu3", "node0.gpu2", "node0.gpu1", "node0.gpu0"]
+    assert [s.device for s in r.stages] == ["node0.gpu3", "node0.gpu2", "node0.gpu1", "node0.gpu0"]
     sc0, topo0 = load_scenario(path)
-    assert r["step_time_s"] == simulate(sc0, topo0).result["step_time_s"]
+    assert r.step_time_s == simulate(sc0, topo0).result.step_time_s
 
 
 def test_check_warns_when_tp_crosses_a_node(tmp_path, plain_topology, capsys):
@@ -74,7 +74,7 @@ def test_oversubscription_slows_the_dp_rings_that_cross_the_spine(tmp_path):
         path = small_scenario(tmp_path, topo(over), parallel={"tp": 4, "pp": 1, "dp": 4, "overlap_grad_reduce": False},
                               nodes=4, training={"global_batch_size": 8}, network={"backend": "flow"})
         sc, t = load_scenario(path)
-        res[over] = simulate(sc, t).result["breakdown"]["exposed_comm_s"]["dp"]
+        res[over] = simulate(sc, t).result.breakdown.exposed_comm_s["dp"]
     assert 1.9 < res[4] / res[1] < 2.0
 
 
@@ -145,4 +145,4 @@ def test_topology_aware_placement_is_accepted_in_a_scenario(tmp_path):
     place = placement_of(sc, grid, t)
     assert sorted(place) == list(range(16))
     assert all(len({t.node_of(place[r]) for r in g}) == 1 for g in grid.groups("tp"))
-    assert simulate(sc, t).result["step_time_s"] > 0
+    assert simulate(sc, t).result.step_time_s > 0

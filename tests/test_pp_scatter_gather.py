@@ -61,9 +61,9 @@ def test_split_messages_change_the_step_by_hand(tmp_path, two_nodes):
     2 · (n/(2·B_up) - n/(2·B_net)) = n/B_up - n/B_net."""
     n = 2 * S * H
     sc, t = scenario(tmp_path, two_nodes)
-    on = simulate(sc, t, FlopCost()).result["step_time_s"]
+    on = simulate(sc, t, FlopCost()).result.step_time_s
     sc, t = scenario(tmp_path, two_nodes, pp_scatter_gather=False)
-    off = simulate(sc, t, FlopCost()).result["step_time_s"]
+    off = simulate(sc, t, FlopCost()).result.step_time_s
     up, net = t._link_by_class("scale_up"), t._link_by_class("leaf")
     b_up, b_net = up.bw * up.efficiency, net.bw * net.efficiency
     assert on - off == pytest.approx(n / b_up - n / b_net, rel=1e-9)
@@ -79,6 +79,6 @@ def test_the_gather_counts_as_pipeline_communication(tmp_path, two_nodes):
     gathers = [o for o in run.ops if o.label.startswith("all_gather:pp_gather")]
     assert gathers and all(o.category == "pp" and o.stream == "tp" for o in gathers)
     sc, t = scenario(tmp_path, two_nodes, pp_scatter_gather=False)
-    off = simulate(sc, t, FlopCost()).result["breakdown"]["exposed_comm_s"]
-    on = run.result["breakdown"]["exposed_comm_s"]
+    off = simulate(sc, t, FlopCost()).result.breakdown.exposed_comm_s
+    on = run.result.breakdown.exposed_comm_s
     assert on["tp"] == pytest.approx(off["tp"], rel=1e-9)

@@ -39,10 +39,10 @@ def test_link_classes_from_a_small_probe_equal_the_full_graph(name):
 
 
 def _same(a: dict, b: dict):
-    assert a["step_time_s"] == pytest.approx(b["step_time_s"], rel=1e-12)
-    assert a["bubble_fraction"] == pytest.approx(b["bubble_fraction"], rel=1e-9)
-    assert a["peak_memory_bytes"] == pytest.approx(b["peak_memory_bytes"], rel=1e-12)
-    per_stage = lambda r: sorted((x["stage"], round(x["compute_s"], 12), round(x["bubble_s"], 12)) for x in r["stages"])
+    assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)
+    assert a.bubble_fraction == pytest.approx(b.bubble_fraction, rel=1e-9)
+    assert a.peak_memory_bytes == pytest.approx(b.peak_memory_bytes, rel=1e-12)
+    per_stage = lambda r: sorted((x.stage, round(x.compute_s, 12), round(x.bubble_s, 12)) for x in r.stages)
     assert {s for s in per_stage(a)} == {s for s in per_stage(b)}
 
 
@@ -66,7 +66,7 @@ def test_grouping_matches_every_rank_simulated(tmp_path, plain_topology, case):
     sc, topo = load_scenario(p)
     grouped = simulate(sc, topo)
     brute = simulate(sc, topo, every_rank=True)
-    assert brute.result["simulated_classes"] == sc.world_size > grouped.result["simulated_classes"]
+    assert brute.result.simulated_classes == sc.world_size > grouped.result.simulated_classes
     _same(grouped.result, brute.result)
 
 
@@ -85,8 +85,8 @@ def test_folding_class_local_collectives_changes_nothing(tmp_path, plain_topolog
     b = simulate(sc, topo, fuse=False).result
     _same(a, b)
     for k in ("tp", "dp", "pp"):
-        assert a["breakdown"]["exposed_comm_s"][k] == pytest.approx(b["breakdown"]["exposed_comm_s"][k], rel=1e-9, abs=1e-15)
-    assert a["simulated_ops"] < b["simulated_ops"]
+        assert a.breakdown.exposed_comm_s[k] == pytest.approx(b.breakdown.exposed_comm_s[k], rel=1e-9, abs=1e-15)
+    assert a.simulated_ops < b.simulated_ops
 
 
 class _Flops:
@@ -106,11 +106,11 @@ def test_closed_form_estimate(tmp_path, fast_topology):
     from simtrain.studies.estimate import estimate
     sc, topo = load_scenario(small_scenario(tmp_path, fast_topology, parallel={"tp": 1, "pp": 1, "dp": 4},
                                             training={"global_batch_size": 16}))
-    sim = simulate(sc, topo, _Flops()).result["step_time_s"]
+    sim = simulate(sc, topo, _Flops()).result.step_time_s
     assert estimate(sc, topo, _Flops())["step_time_s"] == pytest.approx(sim, abs=1e-10)
     sc4, t4 = load_scenario(small_scenario(tmp_path, fast_topology, parallel={"tp": 1, "pp": 4, "dp": 1}))
     e = estimate(sc4, t4, _Flops())
-    assert e["step_time_s"] >= simulate(sc4, t4, _Flops()).result["step_time_s"] * (1 - 1e-9)
+    assert e["step_time_s"] >= simulate(sc4, t4, _Flops()).result.step_time_s * (1 - 1e-9)
     assert e["bubble_fraction"] == pytest.approx(3 / (8 + 3))
 
 
@@ -131,7 +131,7 @@ def test_closed_form_estimate_interleaved(tmp_path, fast_topology):
     sc, topo = load_scenario(small_scenario(tmp_path, fast_topology, parallel={"tp": 1, "pp": 2, "dp": 2,
                                                                                "schedule": "interleaved_1f1b", "vpp": 2},
                                             training={"global_batch_size": 16}))
-    sim = simulate(sc, topo, _Flops()).result["step_time_s"]
+    sim = simulate(sc, topo, _Flops()).result.step_time_s
     est = estimate(sc, topo, _Flops())["step_time_s"]
     assert sim * (1 - 1e-9) <= est <= 1.3 * sim
 

@@ -141,8 +141,8 @@ def test_interleaved_bubble(tmp_path, fast_topology, m, v):
     f, b = L / p * 1e-3, L / p * 2e-3
     sc, r = run(tmp_path, fast_topology, "interleaved_1f1b", m, layers=L, vpp=v)
     res = r.result
-    assert res["step_time_s"] == pytest.approx((v * m + p - 1) * (f + b) / v, rel=1e-9)
-    assert res["bubble_fraction"] == pytest.approx((p - 1) / (v * m + p - 1), rel=1e-9)
+    assert res.step_time_s == pytest.approx((v * m + p - 1) * (f + b) / v, rel=1e-9)
+    assert res.bubble_fraction == pytest.approx((p - 1) / (v * m + p - 1), rel=1e-9)
 
 
 @pytest.mark.parametrize("tf,tb,tw", [(1.0, 1.0, 1.0), (1.0, 1.5, 0.7), (1.2, 2.0, 1.0)])
@@ -159,10 +159,10 @@ def test_zb_h1_bubble(tmp_path, fast_topology, tf, tb, tw):
     _, r = run(tmp_path, fast_topology, "zb_h1", m, uf=tf * 1e-3, ub=tb * 1e-3, uw=tw * 1e-3)
     _, r1 = run(tmp_path, fast_topology, "1f1b", m, uf=tf * 1e-3, ub=tb * 1e-3, uw=tw * 1e-3)
     work = m * (F + B + W)
-    assert r.result["step_time_s"] - work == pytest.approx((p - 1) * (F + B - W), rel=1e-9)
-    assert r1.result["step_time_s"] - work == pytest.approx((p - 1) * (F + B + W), rel=1e-9)
-    for st in r.result["stages"]:
-        assert st["bubble_s"] == pytest.approx((p - 1) * (F + B - W), rel=1e-9)
+    assert r.result.step_time_s - work == pytest.approx((p - 1) * (F + B - W), rel=1e-9)
+    assert r1.result.step_time_s - work == pytest.approx((p - 1) * (F + B + W), rel=1e-9)
+    for st in r.result.stages:
+        assert st.bubble_s == pytest.approx((p - 1) * (F + B - W), rel=1e-9)
 
 
 @pytest.mark.parametrize("schedule,chunks", [("zb_h2", 1), ("zb_v", 2)])
@@ -178,8 +178,8 @@ def test_zb_h2_and_zb_v_have_no_bubble_inside_each_rank(tmp_path, fast_topology,
     chunk = L / p / chunks * 1e-3
     _, r = run(tmp_path, fast_topology, schedule, m)
     for c in r.classes:
-        assert own_span_idle(r, c.id) == pytest.approx(0.0, abs=1e-9 * r.result["step_time_s"])
-    assert r.result["step_time_s"] == pytest.approx((p - 1) * chunk + chunks * m * 3 * chunk, rel=1e-9)
+        assert own_span_idle(r, c.id) == pytest.approx(0.0, abs=1e-9 * r.result.step_time_s)
+    assert r.result.step_time_s == pytest.approx((p - 1) * chunk + chunks * m * 3 * chunk, rel=1e-9)
 
 
 @pytest.mark.parametrize("schedule", ["zb_h2", "zb_v"])
@@ -198,7 +198,7 @@ def test_dualpipe_bubble(tmp_path, fast_topology, pp, m):
     each rank's m·3T of work (m microbatches, half in each direction)."""
     T = 8 / pp * 1e-3
     _, r = run(tmp_path, fast_topology, "dualpipe", m, pp=pp)
-    assert r.result["step_time_s"] == pytest.approx(m * 3 * T + (pp / 2 - 1) * 2 * T, rel=1e-9)
+    assert r.result.step_time_s == pytest.approx(m * 3 * T + (pp / 2 - 1) * 2 * T, rel=1e-9)
 
 
 @pytest.mark.parametrize("pp,m", [(2, 4), (4, 8), (4, 12)])
@@ -207,7 +207,7 @@ def test_dualpipev_bubble(tmp_path, fast_topology, pp, m):
     (pp - 1)·2T on top of 2·m·3T of work per rank (T per chunk)."""
     T = 8 / (2 * pp) * 1e-3
     _, r = run(tmp_path, fast_topology, "dualpipev", m, pp=pp)
-    assert r.result["step_time_s"] == pytest.approx(2 * m * 3 * T + (pp - 1) * 2 * T, rel=1e-9)
+    assert r.result.step_time_s == pytest.approx(2 * m * 3 * T + (pp - 1) * 2 * T, rel=1e-9)
 
 
 def test_uneven_stages_show_in_the_bubble(tmp_path, fast_topology):
@@ -215,16 +215,16 @@ def test_uneven_stages_show_in_the_bubble(tmp_path, fast_topology):
     its first forward arrives, so the step is sum_s t_s + (m - 1)·t_last. Layers [1, 2, 2, 3] at
     3 ms per layer (f + b): 8·3 + 7·9 = 87 ms for m = 8, and stage 0 idles 87 - 8·3 = 63 ms."""
     sc, r = run(tmp_path, fast_topology, "1f1b", 8, ub=1e-3, uw=1e-3, layers_per_stage=[1, 2, 2, 3])
-    assert r.result["step_time_s"] == pytest.approx(87e-3, rel=1e-9)
-    assert r.result["stages"][0]["bubble_s"] == pytest.approx(87e-3 - 8 * 3e-3, rel=1e-9)
-    assert [s["layers"] for s in r.result["stages"]] == [1, 2, 2, 3]
+    assert r.result.step_time_s == pytest.approx(87e-3, rel=1e-9)
+    assert r.result.stages[0].bubble_s == pytest.approx(87e-3 - 8 * 3e-3, rel=1e-9)
+    assert [s.layers for s in r.result.stages] == [1, 2, 2, 3]
 
 
 def test_megatron_first_and_last_stage_layer_counts(tmp_path, fast_topology):
     """first/last_stage_layers fix the ends and spread the rest: 8 layers, pp 4, first 1, last 1
     -> [1, 3, 3, 1]."""
     sc, r = run(tmp_path, fast_topology, "1f1b", 8, first_stage_layers=1, last_stage_layers=1)
-    assert [s["layers"] for s in r.result["stages"]] == [1, 3, 3, 1]
+    assert [s.layers for s in r.result.stages] == [1, 3, 3, 1]
 
 
 def test_embedding_and_head_weigh_on_the_end_stages(tmp_path, fast_topology):
@@ -233,10 +233,10 @@ def test_embedding_and_head_weigh_on_the_end_stages(tmp_path, fast_topology):
     path = small_scenario(tmp_path, fast_topology)
     sc, t = load_scenario(path)
     res = simulate(sc, t).result
-    comp = [s["compute_s"] for s in res["stages"]]
+    comp = [s.compute_s for s in res.stages]
     assert comp[-1] > max(comp[:-1])
-    mem = res["memory"]
-    assert mem[0]["weights"] > mem[1]["weights"] and mem[-1]["weights"] > mem[1]["weights"]
+    mem = res.memory
+    assert mem[0].weights > mem[1].weights and mem[-1].weights > mem[1].weights
 
 
 # ------------------------------------------------------------------------------------------------
@@ -254,12 +254,12 @@ def test_inflight_per_schedule(tmp_path, fast_topology):
     }
     for name, want in expect.items():
         _, r = run(tmp_path, fast_topology, name, m)
-        assert [x["inflight_peak"] for x in r.result["memory"]] == want, name
+        assert [x.inflight_peak for x in r.result.memory] == want, name
     v = 2
     _, r = run(tmp_path, fast_topology, "interleaved_1f1b", m, layers=16, vpp=v)
-    mem = r.result["memory"][0]
-    assert mem["inflight_peak"] == 2 * (p - 1) + (v - 1) * p + 1
-    assert mem["inflight_microbatches_peak"] == pytest.approx(p * (1 + (p - 1) / (p * v)))
+    mem = r.result.memory[0]
+    assert mem.inflight_peak == 2 * (p - 1) + (v - 1) * p + 1
+    assert mem.inflight_microbatches_peak == pytest.approx(p * (1 + (p - 1) / (p * v)))
 
 
 def test_zero_bubble_keeps_the_weight_gradient_inputs_alive(tmp_path, fast_topology):
@@ -273,10 +273,10 @@ def test_zero_bubble_keeps_the_weight_gradient_inputs_alive(tmp_path, fast_topol
     work = build_workload(sc)
     s, b, h = 128, 1, 256
     assert work[1].layer.weight_grad_inputs == 32 * s * b * h
-    for rank, mem in enumerate(r.result["memory"]):
+    for rank, mem in enumerate(r.result.memory):
         w = work[rank]
-        assert mem["activations"] == pytest.approx((p - rank) * w.act_bytes + rank * w.weight_grad_bytes, rel=1e-12)
-    assert r.result["memory"][0]["activations"] == pytest.approx(r1.result["memory"][0]["activations"], rel=1e-12)
+        assert mem.activations == pytest.approx((p - rank) * w.act_bytes + rank * w.weight_grad_bytes, rel=1e-12)
+    assert r.result.memory[0].activations == pytest.approx(r1.result.memory[0].activations, rel=1e-12)
 
 
 def test_dualpipe_holds_the_parameters_twice(tmp_path, fast_topology):
@@ -285,10 +285,10 @@ def test_dualpipe_holds_the_parameters_twice(tmp_path, fast_topology):
     sc, r = run(tmp_path, fast_topology, "dualpipe", 8)
     _, r1 = run(tmp_path, fast_topology, "1f1b", 8)
     w = build_workload(sc)
-    for rank, mem in enumerate(r.result["memory"]):
+    for rank, mem in enumerate(r.result.memory):
         both = w[rank].params + w[3 - rank].params
-        assert mem["weights"] == pytest.approx(2 * both)          # 2 bytes per bf16 parameter
-    assert r.result["memory"][1]["weights"] == pytest.approx(2 * r1.result["memory"][1]["weights"])
+        assert mem.weights == pytest.approx(2 * both)          # 2 bytes per bf16 parameter
+    assert r.result.memory[1].weights == pytest.approx(2 * r1.result.memory[1].weights)
 
 
 # What the 405B plan (126 layers, pp 16, 16 microbatches) needs for each schedule: 2pp-stage
@@ -331,10 +331,10 @@ def test_every_schedule_runs_with_tp_sp_dp_and_zero(tmp_path, plain_topology, na
                           training={"global_batch_size": 16})
     sc, topo = load_scenario(path)
     res = simulate(sc, topo).result
-    assert res["step_time_s"] > 0
-    for st in res["stages"]:
-        total = st["compute_s"] + st["bubble_s"] + sum(st["exposed_comm_s"].values())
-        assert total == pytest.approx(res["step_time_s"], rel=1e-9)
+    assert res.step_time_s > 0
+    for st in res.stages:
+        total = st.compute_s + st.bubble_s + sum(st.exposed_comm_s.values())
+        assert total == pytest.approx(res.step_time_s, rel=1e-9)
 
 
 def test_dualpipe_sums_the_twin_copies_gradients(tmp_path, plain_topology):
@@ -353,7 +353,7 @@ def test_dualpipe_sums_the_twin_copies_gradients(tmp_path, plain_topology):
     # both sides of a pair start together (the rendezvous), after both have their gradients
     by = {next(c.stage for c in run.classes if c.id == o.cls): o for o in ex}
     assert run.timeline.start[by[0].id] == run.timeline.start[by[3].id]
-    assert run.result["memory"][0]["inflight_microbatches_peak"] == 5      # PP + 1, full-stage chunks
+    assert run.result.memory[0].inflight_microbatches_peak == 5      # PP + 1, full-stage chunks
 
 
 def test_first_and_last_counts_may_cover_every_stage(tmp_path, fast_topology):
@@ -361,4 +361,4 @@ def test_first_and_last_counts_may_cover_every_stage(tmp_path, fast_topology):
                                                             "first_stage_layers": 3, "last_stage_layers": 5},
                           training={"global_batch_size": 8})
     sc, topo = load_scenario(path)
-    assert [s["layers"] for s in simulate(sc, topo).result["stages"]] == [8]
+    assert [s.layers for s in simulate(sc, topo).result.stages] == [8]

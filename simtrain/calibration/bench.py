@@ -29,6 +29,7 @@ Torch is needed only here (`pip install simtrain[bench]`), never to simulate.
 """
 from __future__ import annotations
 
+import argparse
 import datetime
 import importlib.util
 import os
@@ -38,6 +39,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
+from types import ModuleType
 
 import yaml
 
@@ -56,7 +59,7 @@ MEMORY_OPS = ("layer_norm", "rms_norm", "gelu", "silu", "softmax", "add", "adam"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv")
 
 
-def torch_or_exit():
+def torch_or_exit() -> ModuleType:
     try:
         import torch
     except ImportError:
@@ -68,7 +71,7 @@ def torch_or_exit():
 class Accelerator:
     """The device the suite runs on and how to time an op there."""
 
-    def __init__(self, torch, kind: str | None = None):
+    def __init__(self, torch: ModuleType, kind: str | None = None):
         self.torch = torch
         mlu = self._mlu(torch)
         if kind is None:
@@ -93,11 +96,11 @@ class Accelerator:
             return str(self.api.get_device_name(0))
         return platform.processor() or platform.machine()
 
-    def sync(self):
+    def sync(self) -> None:
         if self.api is not None:
             self.api.synchronize()
 
-    def once(self, fn) -> float:
+    def once(self, fn: Callable[[], object]) -> float:
         """Seconds one call of fn takes: device events around it on an accelerator, else a clock."""
         if self.api is not None:
             start, end = self.api.Event(enable_timing=True), self.api.Event(enable_timing=True)
@@ -110,7 +113,8 @@ class Accelerator:
         fn()
         return time.perf_counter() - t0
 
-    def time(self, fn, warmup: int, reps: int, before=None) -> list:
+    def time(self, fn: Callable[[], object], warmup: int, reps: int,
+             before: Callable[[], object] | None = None) -> list[float]:
         """`reps` timed repetitions after `warmup` untimed ones; `before` runs ahead of each
         timed one (a barrier, for collectives)."""
         for _ in range(warmup):
@@ -187,8 +191,9 @@ def scenario_shapes(path: str) -> tuple:
     return gemms, attn
 
 
-def run_compute(acc: Accelerator, dtype: str, gemms, attention, memory_sizes, warmup: int, reps: int,
-                progress=None) -> dict:
+def run_compute(acc: Accelerator, dtype: str, gemms: Sequence[tuple[int, int, int]],
+                attention: Sequence[tuple[int, int, int, int, bool]], memory_sizes: Sequence[int], warmup: int,
+                reps: int, progress: Callable[[str], None] | None = None) -> dict:
     torch = acc.torch
     dt = getattr(torch, DTYPES[dtype])
     dev = acc.device
@@ -254,7 +259,8 @@ def _adam(torch, p, g, m, v, lr=1e-4, b1=0.9, b2=0.95, eps=1e-8):
 # ---------------------------------------------------------------------------------------------
 # collectives (one process per device, started by torchrun)
 
-def run_collectives(acc: Accelerator, dtype: str, sizes, warmup: int, reps: int, printer=print) -> list:
+def run_collectives(acc: Accelerator, dtype: str, sizes: Sequence[int], warmup: int, reps: int,
+                    printer: Callable[..., None] = print) -> list[dict]:
     """Every rank runs this; rank 0 returns the rows. Sizes follow nccl-tests: the whole buffer
     (for all-gather / reduce-scatter the per-rank count x ranks)."""
     torch = acc.torch
@@ -341,7 +347,7 @@ def sizes_between(lo: int, hi: int, factor: int = 2) -> list:
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 
-def check_args(args) -> None:
+def check_args(args: argparse.Namespace) -> None:
     """The arguments that can be wrong before anything is measured (seconds, not a benchmark's run)."""
     probs = []
     if args.reps < 1:
@@ -362,7 +368,7 @@ def check_args(args) -> None:
     check_out_file(args.out, "-o")
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     """The `simtrain bench` command (see cli)."""
 
     check_args(args)

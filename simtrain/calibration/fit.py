@@ -21,6 +21,7 @@ times.
 """
 from __future__ import annotations
 
+import argparse
 import datetime
 import statistics
 import sys
@@ -198,7 +199,7 @@ def _sources(rows: list, dtype: str | None = None) -> str:
     return "measured: " + ", ".join(Path(f).name for f in files)
 
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
 
     check_out_file(args.out, "-o")          # before reading the inputs
     prof = build_profile(args.files, args.device, args.base, getattr(args, "command_line", "simtrain calibrate"))

@@ -15,6 +15,7 @@ another precision, is recorded in `coverage` and reported with the result.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -46,7 +47,7 @@ def host_queue(device: list, c: float) -> float:
     return best
 
 
-def sequence_time(costs, ops) -> float:
+def sequence_time(costs: ComputeCostModel, ops: Sequence[Op]) -> float:
     """Time of operators run back to back from a synchronisation point: the cost model's
     `sequence_time` where it has one (host issue overhead), else the sum of the durations."""
     f = getattr(costs, "sequence_time", None)
@@ -95,7 +96,7 @@ class CalibratedRoofline:
         """The operator issued on its own after a synchronisation point: issue, then run."""
         return self.device_time(op) + self.dev.op_overhead
 
-    def sequence_time(self, ops) -> float:
+    def sequence_time(self, ops: Sequence[Op]) -> float:
         return host_queue([self.device_time(o) for o in ops], self.dev.op_overhead)
 
     def _note_outside(self, what: str, span, size: float) -> None:

@@ -14,12 +14,13 @@ links with every other such op running at the same time (`FluidNetwork`).
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import simpy
 
 from simtrain.errors import DeadlockError
-from simtrain.program.ir import stream_sequences
+from simtrain.program.ir import EOp, stream_sequences
 
 
 class FluidNetwork:
@@ -35,7 +36,7 @@ class FluidNetwork:
     0.5 (0.5 s left), both at 0.5 until A ends at 1.5; B, 0.5 s done, alone again, ends at 2.0.
     """
 
-    def __init__(self, env):
+    def __init__(self, env: simpy.Environment):
         self.env = env
         self.active: dict = {}    # op id -> [remaining isolated seconds, rate, load, done event, duration]
         self.use: dict = {}       # link -> sum of u of the running ops (at rate 1)
@@ -43,7 +44,7 @@ class FluidNetwork:
         self.t = 0.0
         self.gen = 0
 
-    def start(self, op):
+    def start(self, op: EOp) -> simpy.Event:
         self._advance()
         ev = self.env.event()
         self.active[op.id] = [op.duration, 1.0, op.load, ev, op.duration]
@@ -138,7 +139,8 @@ class FluidNetwork:
         self._schedule()
 
 
-def ready(env, op, done: list, rdv: dict, on_wait):
+def ready(env: simpy.Environment, op: EOp, done: list[simpy.Event], rdv: dict,
+          on_wait: Callable[[int | None], None]) -> Generator[simpy.Event, None, None]:
     """Waits (a generator for `yield from`) until the op may start: its dependencies are done and,
     for a collective across classes, every peer class has arrived at its rendezvous. Before each
     wait it calls on_wait(what): a dependency's op id, or None for the rendezvous. The engine and
@@ -171,7 +173,7 @@ class Timeline:
     waits: int = 0        # SimPy events the streams waited on (dependencies, rendezvous, durations)
 
 
-def run(ops: list, class_ids: list) -> Timeline:
+def run(ops: list[EOp], class_ids: list[int]) -> Timeline:
     env = simpy.Environment()
     n = len(ops)
     done = [env.event() for _ in range(n)]

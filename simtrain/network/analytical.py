@@ -8,11 +8,17 @@ result's collectives section, and has no link report.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from simtrain.hardware.topology import Topology
 from simtrain.network.backend import CollectiveChoice, Timing
 from simtrain.network.collectives import Cost, choose, p2p_time
 from simtrain.plan.grid import GroupShape, RankClass
 from simtrain.spec.scenario import Scenario
+
+if TYPE_CHECKING:
+    from simtrain.engine.core import Timeline
+    from simtrain.program.ir import EOp
 
 
 class AnalyticalBackend:
@@ -50,5 +56,5 @@ class AnalyticalBackend:
     def choices(self) -> list:
         return [CollectiveChoice(kind, coll, n, shape.size, None, c) for (kind, coll, n, shape), c in self.chosen.items()]
 
-    def links(self, ops: list, timeline) -> tuple:
+    def links(self, ops: list[EOp], timeline: Timeline) -> tuple:
         return None, None

@@ -16,10 +16,14 @@ are the device profile's measured collective sweeps (`Device.collectives`); the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from simtrain.network.collectives import Cost
 from simtrain.plan.grid import RankClass
+
+if TYPE_CHECKING:
+    from simtrain.engine.core import Timeline
+    from simtrain.program.ir import EOp
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ class NetworkBackend(Protocol):
         """The CollectiveChoice of every distinct collective timed so far."""
         ...
 
-    def links(self, ops: list, timeline) -> tuple:
+    def links(self, ops: list[EOp], timeline: Timeline) -> tuple:
         """(links section of the result or None, busiest link -> [(time, utilisation)] or None)
         after the run of `ops`."""
         ...

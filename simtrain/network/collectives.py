@@ -84,6 +84,7 @@ with `latency_model: none` the term is off.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simtrain.hardware.topology import Topology
@@ -187,8 +188,8 @@ class Algorithm:
 ALGORITHMS: dict = {}
 
 
-def register(name: str, family: str, collectives: tuple, source: str, tuned: bool = True):
-    def deco(fn):
+def register(name: str, family: str, collectives: tuple, source: str, tuned: bool = True) -> Callable[[Callable], Callable]:
+    def deco(fn: Callable) -> Callable:
         ALGORITHMS[name] = Algorithm(name, family, collectives, source, fn, tuned)
         return fn
     return deco

@@ -11,6 +11,8 @@ collective tables are not used: the flows are the model.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from simtrain.hardware.topology import Topology
 from simtrain.network.backend import CollectiveChoice, Timing
 from simtrain.network.collectives import p2p_time
@@ -18,11 +20,15 @@ from simtrain.network.flows import FlowNetwork, Transfer
 from simtrain.plan.grid import RankClass, RankGrid
 from simtrain.spec.scenario import Scenario
 
+if TYPE_CHECKING:
+    from simtrain.engine.core import Timeline
+    from simtrain.program.ir import EOp
+
 
 class FlowBackend:
     contended = True
 
-    def __init__(self, sc: Scenario, topo: Topology, place=None, tables: tuple = ()):
+    def __init__(self, sc: Scenario, topo: Topology, place: list[int] | None = None, tables: tuple = ()):
         p = sc.parallel
         grid = RankGrid(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp)
         place = place or list(range(grid.world))
@@ -41,7 +47,7 @@ class FlowBackend:
         self.pp_groups = {r: g for g in grid.groups("pp") for r in g}
         self._loads: dict = {}
 
-    def load(self, key, share: float) -> tuple:
+    def load(self, key: tuple, share: float) -> tuple:
         """The engine's load of one class's part of a collective: its share of the stage's ranks
         times the collective's bytes on each scale-out link, over its duration and the link's
         capacity (the average fraction of the link it uses when it runs alone)."""
@@ -87,11 +93,11 @@ class FlowBackend:
             out.append(CollectiveChoice(kind, coll, n, len(self.groups[(kind, stage)][0]), stage, cost))
         return out
 
-    def links(self, ops: list, timeline) -> tuple:
+    def links(self, ops: list[EOp], timeline: Timeline) -> tuple:
         section, busiest = self.report(ops)
         return section, self.timeline(ops, timeline, busiest)
 
-    def _runs(self, ops: list) -> tuple:
+    def _runs(self, ops: list[EOp]) -> tuple:
         """Per key: how often it runs (in the class that runs it most) and that class."""
         count: dict = {}
         for op in ops:
@@ -104,7 +110,7 @@ class FlowBackend:
                 runs[key], where[key] = n, cid
         return runs, where
 
-    def report(self, ops: list, top: int = 10) -> tuple:
+    def report(self, ops: list[EOp], top: int = 10) -> tuple:
         """(links section of the result, the busiest links for the trace). A link's load is each
         collective's per-link load times the number of times it runs in the class that runs it
         most."""
@@ -126,7 +132,7 @@ class FlowBackend:
                    "scope": "tp and dp collectives and pipeline sends (flow backend)"}
         return section, by_sat[:8] or by_bytes[:8]
 
-    def timeline(self, ops: list, tl, links: list) -> dict:
+    def timeline(self, ops: list[EOp], tl: Timeline, links: list) -> dict:
         """link -> [(time, utilisation)] change points over the step: while a collective or send
         runs, a link carries its per-link bytes spread over the op's simulated duration (stretched
         by contention on scale-out links, so overlapping ops share rather than add up there)."""

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
+from simtrain.hardware.topology import Topology
 from simtrain.network.collectives import (
     LATENCY_US,
     PROTOCOLS,
@@ -238,7 +240,8 @@ def hierarchical_phases(coll: str, groups_of_nodes: list, n: float) -> list:
 
 # -----------------------------------------------------------------------------------------------
 
-def access_path(topo, src: int, dst: int, core_paths: dict | None = None, pick=None) -> tuple:
+def access_path(topo: Topology, src: int, dst: int, core_paths: dict | None = None,
+                pick: Callable[..., object] | None = None) -> tuple:
     """Node names of the route src -> dst, as the topology's builder lays it out
     (`Topology.route`): on a fat-tree through the domain's scale-up fabric inside a domain,
     otherwise device -> its NIC -> the NIC's leaf -> a shortest path through the switch core ->
@@ -284,7 +287,7 @@ class FlowNetwork:
         self._core_paths: dict = {}     # (leaf, leaf) -> equal-cost paths through the switch core
         self._node_members: dict = {}
 
-    def route(self, src: int, dst: int, flow_id) -> tuple:
+    def route(self, src: int, dst: int, flow_id: Hashable) -> tuple:
         """Directed links of one shortest path; ECMP picks among equal-cost paths by a CRC32 of
         (seed, flow id) (and the hop number where a builder chooses hop by hop, as on a torus),
         so the same input and seed give the same routes."""
@@ -329,7 +332,7 @@ class FlowNetwork:
         """(Cost, bytes per link, saturated seconds per link) with one protocol's terms."""
         return self.best(coll, n, groups, algorithm, (protocol,))
 
-    def best(self, coll: str, n: float, groups: list, algorithm: str, protocols=PROTOCOLS) -> tuple:
+    def best(self, coll: str, n: float, groups: list, algorithm: str, protocols: Sequence[str] = PROTOCOLS) -> tuple:
         """(Cost, bytes per link, saturated seconds per link) of the fastest of `protocols`: the
         flows are timed once, the protocols only change the latency and bandwidth-share terms.
         Raises ValueError where the algorithm cannot lay out the group (halving-doubling on a

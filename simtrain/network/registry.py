@@ -22,7 +22,7 @@ def register_backend(name: str, factory: Callable[..., NetworkBackend]) -> None:
     BACKENDS[name] = factory
 
 
-def backend_for(sc: Scenario, topo: Topology, place=None, tables: tuple = ()) -> NetworkBackend:
+def backend_for(sc: Scenario, topo: Topology, place: list[int] | None = None, tables: tuple = ()) -> NetworkBackend:
     """The scenario's backend for one step over this placement, with the device's measured
     collective tables."""
     name = sc.network.backend

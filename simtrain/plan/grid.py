@@ -23,11 +23,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from simtrain.hardware.topology import Topology
+
+if TYPE_CHECKING:
+    from simtrain.spec.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -157,7 +162,7 @@ class RankGrid:
                 "dp_rank": (r // (self.tp * self.cp)) % self.dp, "stage": r // self.per_stage,
                 "etp_rank": w % self.etp, "ep_rank": (w // self.etp) % self.ep, "edp_rank": w // (self.etp * self.ep)}
 
-    def group_arrays(self, kind: str, co: dict | None = None):
+    def group_arrays(self, kind: str, co: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(members, index): members[g] the ranks of group g in rank order (groups ordered by
         first member, as `groups`), index[r] the group of rank r. Every group of a kind has the
         same size, so members is a 2-D array."""
@@ -185,7 +190,7 @@ class RankGrid:
         return members, index
 
 
-def group_shape(devs, topo: Topology) -> GroupShape:
+def group_shape(devs: Sequence[int], topo: Topology) -> GroupShape:
     per_node = Counter(topo.node_of(d) for d in devs)
     leaves = {topo.leaf_of(d) for d in devs}
     counts = set(per_node.values())
@@ -196,7 +201,8 @@ def group_shape(devs, topo: Topology) -> GroupShape:
 POLICIES = ("megatron", "scattered", "random", "topology_aware")   # besides orders such as "dp-tp-cp-pp"
 
 
-def placement(grid: RankGrid, topo: Topology, policy: str = "megatron", seed: int = 0, explicit=None) -> list[int]:
+def placement(grid: RankGrid, topo: Topology, policy: str = "megatron", seed: int = 0,
+              explicit: Sequence[int] | None = None) -> list[int]:
     """Rank -> device index (devices are numbered node by node).
 
       megatron      rank r on device r: tp fastest, so a tp group of 8 fills an 8-GPU node
@@ -339,13 +345,14 @@ def _pack(items: list, nodes: list, levels: list) -> dict:
     return out
 
 
-def placement_of(sc, grid: RankGrid, topo: Topology) -> list[int]:
+def placement_of(sc: Scenario, grid: RankGrid, topo: Topology) -> list[int]:
     p = sc.parallel
     return placement(grid, topo, p.placement, sc.seed, p.device_of_rank)
 
 
-def equivalence_classes(grid: RankGrid, topo: Topology, place=None, mirror: bool = False, ep_split: bool = False,
-                        every_rank: bool = False, rank_key=None, experts: bool = False) -> list[RankClass]:
+def equivalence_classes(grid: RankGrid, topo: Topology, place: Sequence[int] | np.ndarray | None = None,
+                        mirror: bool = False, ep_split: bool = False, every_rank: bool = False,
+                        rank_key: Sequence[int] | np.ndarray | None = None, experts: bool = False) -> list[RankClass]:
     """`mirror`: also keep every rank's mirror (stage pp-1-s) consistent, for schedules whose ranks
     exchange gradients with it. `ep_split`: ranks of different expert-parallel rank run different
     programs (uneven expert loads), so the ep_rank is part of the signature. `experts`: the model

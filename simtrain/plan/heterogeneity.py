@@ -33,8 +33,12 @@ waiting counts as their compute, not as bubble. A test bounds the difference aga
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from simtrain.spec.scenario import ClusterSpec
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ class DeviceFactors:
     device: tuple                    # device preset per device
     chosen: tuple                    # devices named or drawn as stragglers, sorted
 
-    def per_rank(self, place, tp_members=None) -> tuple:
+    def per_rank(self, place: list[int] | np.ndarray, tp_members: np.ndarray | None = None) -> tuple:
         """(compute, memory, link, device-type index) per rank. With `tp_members` (the tp
         groups as rows of ranks, the lockstep model) every member takes its group's slowest
         factors: tensor-parallel ranks meet at a collective after every compute segment, so the
@@ -76,14 +80,14 @@ class DeviceFactors:
         return comp, mem, link, dev
 
     @staticmethod
-    def rank_key(comp, mem, link, dev) -> np.ndarray:
+    def rank_key(comp: np.ndarray, mem: np.ndarray, link: np.ndarray, dev: np.ndarray) -> np.ndarray:
         """An integer per rank that is equal exactly when the ranks behave the same."""
         rows = np.stack([comp, mem, link, dev.astype(float)], axis=1)
         _, inv = np.unique(rows, axis=0, return_inverse=True)
         return inv.reshape(-1).astype(np.int64)
 
 
-def device_factors(cluster, num_devices: int, devices_per_node: int, seed: int) -> DeviceFactors:
+def device_factors(cluster: ClusterSpec, num_devices: int, devices_per_node: int, seed: int) -> DeviceFactors:
     """Draws and combines the cluster's stragglers, jitter and device blocks (seeded: the same
     scenario and seed give the same devices and factors)."""
     rng = np.random.default_rng([seed, 0x57A6])

@@ -16,15 +16,20 @@ It returns op ids (what the optimizer step waits for) and keeps no other output.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from simtrain.program.ir import EOp
 from simtrain.schedules import Action
 from simtrain.workload.ir import ACT_BYTES, Comm, StageWork
+
+if TYPE_CHECKING:
+    from simtrain.program.lowering import ClassLowering
 
 
 class GradientTraffic:
     """The gradient and parameter traffic of one class (`prog`: its ClassLowering)."""
 
-    def __init__(self, prog):
+    def __init__(self, prog: ClassLowering):
         self.prog = prog
         self.low = prog.low
         p = prog.p
@@ -37,7 +42,7 @@ class GradientTraffic:
         self.bucket_params = 0.0
         self.bucket_expert = 0.0
 
-    def dp_comm(self, collective, nbytes, name, deps, mb, chunk=0) -> EOp:
+    def dp_comm(self, collective: str, nbytes: float, name: str, deps: list[int], mb: int, chunk: int = 0) -> EOp:
         prog = self.prog
         return self.low.comm_op(prog.c, Comm("dp", collective, nbytes, name), deps, mb, prog.next_seq("dp"), chunk=chunk)
 
@@ -77,7 +82,7 @@ class GradientTraffic:
     def _edge_params(self, w: StageWork) -> float:
         return w.params - sum(w.layer_dense) - sum(w.layer_expert) if self.zero == 3 and self.dp_on else 0.0
 
-    def edge_gather(self, w: StageWork, a: Action):
+    def edge_gather(self, w: StageWork, a: Action) -> int | None:
         """ZeRO-3 also shards the embedding / LM head: they are gathered before the action (issued
         first, so it precedes the action's layer gathers on the dp stream); returns the op id."""
         edge = self._edge_params(w)
@@ -114,7 +119,7 @@ class GradientTraffic:
             self.grad_ops.append(self.expert_reduce(self.bucket_expert, [last.id], a).id)
             self.bucket_expert = 0.0
 
-    def expert_reduce(self, nparams: float, deps, a: Action | None) -> EOp:
+    def expert_reduce(self, nparams: float, deps: list[int], a: Action | None) -> EOp:
         """Expert gradients are reduced over the expert-data-parallel group (Megatron-core)."""
         prog = self.prog
         mb, ch = (a.microbatch, a.chunk) if a is not None else (-1, 0)

@@ -34,7 +34,7 @@ class EOp:
                               # collectives or the compute ops after it, in order (empty: the op is one part)
 
 
-def stream_sequences(ops: list) -> dict:
+def stream_sequences(ops: list[EOp]) -> dict[tuple[int, str], list[EOp]]:
     """(class, stream) -> its ops in issue order."""
     streams: dict = {}
     for op in ops:

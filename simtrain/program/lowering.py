@@ -39,7 +39,9 @@ backend); returns the step's list of `ir.EOp`.
 """
 from __future__ import annotations
 
-from simtrain.cost.roofline import sequence_time
+from collections.abc import Callable, Sequence
+
+from simtrain.cost.roofline import ComputeCostModel, sequence_time
 from simtrain.hardware.topology import Topology
 from simtrain.network.backend import NetworkBackend, Timing
 from simtrain.plan.grid import RankClass
@@ -50,13 +52,16 @@ from simtrain.program.optimizer import optimizer_step
 from simtrain.program.pipeline import PipelineTraffic
 from simtrain.schedules import Action, Schedule
 from simtrain.spec.scenario import Scenario
-from simtrain.workload.ir import Comm, Ring, StageWork
+from simtrain.workload.ir import Comm, Op, Ring, StageWork
 from simtrain.workload.moe import node_limited_share
 
 
 class Lowering:
-    def __init__(self, sc: Scenario, topo: Topology, work: tuple, classes: list, sched: Schedule, costs, place=None,
-                 work_of=None, fuse: bool = True, class_costs=None, link_factor=None, *, network: NetworkBackend):
+    def __init__(self, sc: Scenario, topo: Topology, work: tuple[StageWork, ...], classes: list[RankClass], sched: Schedule,
+                 costs: ComputeCostModel, place: Sequence[int] | None = None,
+                 work_of: Callable[[int], tuple[StageWork, ...]] | None = None, fuse: bool = True,
+                 class_costs: dict[int, ComputeCostModel] | None = None, link_factor: dict[int, float] | None = None,
+                 *, network: NetworkBackend):
         """`work_of(ep_rank)`: the workload as an expert-parallel rank sees it (uneven expert
         loads); by default every rank runs `work`. `fuse`: fold class-local collectives into
         the compute op before them (`fusable`), which halves the ops of a tensor-parallel step.
@@ -84,11 +89,11 @@ class Lowering:
         self.ops.append(op)
         return op
 
-    def costs_of(self, c: RankClass):
+    def costs_of(self, c: RankClass) -> ComputeCostModel:
         """The class's compute cost model (its device type, slowed by its straggler factors)."""
         return self.class_costs.get(c.id, self.costs)
 
-    def seg_time(self, seg, costs=None) -> tuple:
+    def seg_time(self, seg: tuple[Op, ...], costs: ComputeCostModel | None = None) -> tuple[float, str]:
         """(duration, label) of a fused segment, cached per segment object and cost model
         (templates repeat)."""
         costs = costs or self.costs
@@ -107,7 +112,7 @@ class Lowering:
         is the same."""
         return self.fuse and len(c.peers_of(comm.kind)) == 1
 
-    def slowest_link(self, class_ids) -> float:
+    def slowest_link(self, class_ids: Sequence[int]) -> float:
         """A collective or transfer is as slow as the slowest member's links."""
         lf = self.link_factor
         return max((lf.get(i, 1.0) for i in class_ids), default=1.0) if lf else 1.0
@@ -128,7 +133,8 @@ class Lowering:
             timing = self.network.collective(comm.collective, comm.size_bytes, comm.kind, c)
         return comm, category, timing
 
-    def comm_op(self, c: RankClass, comm: Comm, deps, mb, seq, transient=0.0, chunk=0) -> EOp:
+    def comm_op(self, c: RankClass, comm: Comm, deps: Sequence[int], mb: int, seq: int, transient: float = 0.0,
+                chunk: int = 0) -> EOp:
         peers = c.peers_of(comm.kind)
         comm, category, timing = self.comm_cost(c, comm)
         dur = timing.seconds * self.slowest_link(peers)
@@ -137,7 +143,7 @@ class Lowering:
                          rendezvous=(comm.kind, seq, peers) if len(peers) > 1 else None, peers=len(peers),
                          bytes=comm.size_bytes, transient=transient, load=timing.load, net_key=timing.key)
 
-    def lower(self) -> list:
+    def lower(self) -> list[EOp]:
         for c in self.classes:
             ClassLowering(self, c).run()
         for op, producer, kind, mb, chunk in self.pending_recv:
@@ -187,7 +193,8 @@ class ClassLowering:
         self.seqs[kind] = self.seqs.get(kind, 0) + 1
         return self.seqs[kind]
 
-    def items(self, items, category, a: Action, first_deps, transient=0.0):
+    def items(self, items: tuple, category: str, a: Action, first_deps: Sequence[int],
+              transient: float = 0.0) -> EOp | None:
         """Emits the items (segments and comms) in order; returns the last op (or None).
 
         When a call's items all end up in one compute op (every collective folded, every segment
@@ -267,7 +274,8 @@ class ClassLowering:
                             label=f"{category}{a.microbatch}:wait", mb=a.microbatch, chunk=a.chunk, deps=list(deps))
         return last
 
-    def ring(self, ring: Ring, category, a: Action, deps, last, transient):
+    def ring(self, ring: Ring, category: str, a: Action, deps: Sequence[int], last: EOp | None,
+             transient: float) -> EOp | None:
         """Ring attention rounds: round i's compute waits for transfer i-1; transfer i forwards
         the block that arrived in transfer i-1 (the first sends the local K, V once the
         projections before the ring are done). Transfers are cp-group collectives."""
@@ -414,7 +422,7 @@ class ClassLowering:
         else:
             self.backward(i, a)
 
-    def finish(self, chunks) -> None:
+    def finish(self, chunks: Sequence[int]) -> None:
         """After the schedule row: the rest of the gradient reduction, the optimizer step, the
         parameter gathers after it."""
         params = sum(self.work(ch).params for ch in range(len(chunks)))

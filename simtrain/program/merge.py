@@ -4,10 +4,10 @@ unit. Both take and return lists of `ir.EOp`.
 """
 from __future__ import annotations
 
-from simtrain.program.ir import stream_sequences
+from simtrain.program.ir import EOp, stream_sequences
 
 
-def merge_chains(ops: list) -> list:
+def merge_chains(ops: list[EOp]) -> list[EOp]:
     """Merges runs of compute ops that nothing can separate: b follows a on a's compute stream,
     waits for nothing but a, and nothing else waits for a (no send, bucket or gather hangs on
     a's end), within one action (same category, microbatch, chunk). b would start the instant a
@@ -59,7 +59,7 @@ def merge_chains(ops: list) -> list:
     return keep
 
 
-def merge_pair(ops: list, s0: int, s1: int, s2: int) -> tuple:
+def merge_pair(ops: list[EOp], s0: int, s1: int, s2: int) -> tuple:
     """Interleaves two chains (ops[s0:s1] and ops[s1:s2]) unit by unit on every stream.
 
     A unit starts at a compute op and takes the communication issued after it. The merged order

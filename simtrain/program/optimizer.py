@@ -7,7 +7,13 @@ the optimizer op to the step's op list and returns the optimizer op.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from simtrain.program.ir import EOp
+
+if TYPE_CHECKING:
+    from simtrain.program.gradients import GradientTraffic
+    from simtrain.program.lowering import ClassLowering
 
 OPT_BYTES_PER_PARAM = 34.0
 """Adam step with fp32 master weights, memory-bound: read grad, master, m, v (4 x 4 B), write
@@ -15,7 +21,7 @@ master, m, v (3 x 4 B) and the 16-bit weight (2 B), plus one 4 B read of the gra
 global-norm clip: 16 + 14 + 4 = 34 bytes per local parameter."""
 
 
-def twin_exchange(prog, deps: list, shard: float) -> list:
+def twin_exchange(prog: ClassLowering, deps: list[int], shard: float) -> list[int]:
     """DualPipe: rank r and rank pp-1-r hold the same two stages, so their gradients are summed:
     a 2-rank all-reduce of the rank's gradients (both chunks; the local shard after the dp
     reduce-scatter under ZeRO >= 1, `shard` parameters). A 2-rank ring all-reduce of N bytes sends
@@ -32,7 +38,7 @@ def twin_exchange(prog, deps: list, shard: float) -> list:
     return [ex.id]
 
 
-def optimizer_step(prog, grads, deps: list, dense: float, expert: float) -> EOp:
+def optimizer_step(prog: ClassLowering, grads: GradientTraffic, deps: list[int], dense: float, expert: float) -> EOp:
     """The optimizer step over the class's local parameters (sharded over dp x cp for dense and
     over the expert-data-parallel group for expert weights under ZeRO >= 1), after `deps` and,
     under DualPipe, the twin exchange."""

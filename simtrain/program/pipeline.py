@@ -9,19 +9,24 @@ the gathers to the step's op list, and records the receives that wait for anothe
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from simtrain.program.ir import EOp
 from simtrain.schedules import Action
 from simtrain.workload.ir import Comm
+
+if TYPE_CHECKING:
+    from simtrain.program.lowering import ClassLowering
 
 
 class PipelineTraffic:
     """The pipeline sends and receives of one class (`prog`: its ClassLowering)."""
 
-    def __init__(self, prog):
+    def __init__(self, prog: ClassLowering):
         self.prog = prog
         self.low = prog.low
 
-    def neighbour(self, r: int):
+    def neighbour(self, r: int) -> tuple[int | None, str | None, str]:
         """(class id, link class, send stream) of pipeline rank r seen from this rank; the two ends
         of the pipeline are neighbours too (interleaving goes from the last rank back to the first)."""
         prog = self.prog

@@ -1,12 +1,18 @@
 """Time attribution of a simulated step: compute, bubble and exposed communication per kind, per rank class."""
 from __future__ import annotations
 
-from simtrain.program.ir import stream_sequences
+from typing import TYPE_CHECKING
+
+from simtrain.plan.grid import RankClass
+from simtrain.program.ir import EOp, stream_sequences
+
+if TYPE_CHECKING:
+    from simtrain.engine.core import Timeline
 
 KINDS = ("tp", "cp", "ep", "pp", "dp")
 
 
-def attribute(ops: list, tl, classes: list) -> dict:
+def attribute(ops: list[EOp], tl: Timeline, classes: list[RankClass]) -> dict:
     """class id -> {compute_s, bubble_s, exposed: {tp, pp, dp}}."""
     start, end = tl.start, tl.end
     pred = {}

@@ -1,10 +1,15 @@
 """The critical path of a simulated step: the chain of ops that set its end time."""
 from __future__ import annotations
 
-from simtrain.program.ir import stream_sequences
+from typing import TYPE_CHECKING
+
+from simtrain.program.ir import EOp, stream_sequences
+
+if TYPE_CHECKING:
+    from simtrain.engine.core import Timeline
 
 
-def critical_path(ops: list, tl) -> list:
+def critical_path(ops: list[EOp], tl: Timeline) -> list[tuple[int, float]]:
     """The chain of ops that set the step time, walked back from the op that ends last: at each op,
     the input that finished last (a dependency, the op before it on its stream, or the last peer
     to arrive at its collective) is the one it waited for. Returns (class id, seconds on the

@@ -6,8 +6,8 @@ JSON key (`Field.metadata["key"]` where the name differs, e.g. `class_id` -> "cl
 sections and entries (`optional()`) are left out of the dict when they are None, as the scenario
 has no such part (no MoE, no context parallelism, one device type ...).
 
-Sections can also be read by JSON key (`result["step_time_s"]`, `entry["total"]`, `"moe" in
-result`), for code written against the dict; new code reads attributes.
+Code reads a result by attribute (`result.step_time_s`, `entry.total`, `result.moe is None`);
+the JSON key of a field is only for `to_dict()` and the files written from it.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _plain(v: Any) -> Any:
 
 
 class Section:
-    """Base of the result dataclasses: conversion to the JSON dict and read access by JSON key."""
+    """Base of the result dataclasses: conversion to the JSON dict (`to_dict`)."""
 
     @classmethod
     def _keys(cls) -> dict:
@@ -59,6 +59,8 @@ class Section:
         return out
 
     def __getitem__(self, key: str) -> Any:
+        # Read by JSON key: kept only while tests/test_topologies.py still reads a result that
+        # way (`result["step_time_s"]`); code reads attributes. Remove once nothing indexes a section.
         f = self._keys().get(key)
         if f is None:
             raise KeyError(key)
@@ -66,19 +68,6 @@ class Section:
         if v is None and f.metadata.get("omit_none"):
             raise KeyError(key)
         return v
-
-    def __contains__(self, key: str) -> bool:
-        try:
-            self[key]
-        except KeyError:
-            return False
-        return True
-
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            return default
 
 
 @dataclass(kw_only=True)

@@ -1,8 +1,17 @@
 """The Chrome/Perfetto trace of a simulated step."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def chrome_trace(ops: list, tl, classes: list, topo, link_series: dict | None = None) -> dict:
+if TYPE_CHECKING:
+    from simtrain.engine.core import Timeline
+    from simtrain.hardware.topology import Topology
+    from simtrain.plan.grid import RankClass
+    from simtrain.program.ir import EOp
+
+
+def chrome_trace(ops: list[EOp], tl: Timeline, classes: list[RankClass], topo: Topology,
+                 link_series: dict | None = None) -> dict:
     """`link_series` (flow backend): counter tracks of the busiest links' utilisation, in a
     "network" process after the rank classes."""
     order = ("compute", "tp", "cp", "ep", "etp", "dp", "edp", "pp_next", "pp_prev")

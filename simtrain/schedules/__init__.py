@@ -15,11 +15,16 @@ This package imports its modules; none of them imports the package back.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from simtrain.errors import ScheduleError
 from simtrain.schedules import basic, dualpipe, zero_bubble  # noqa: F401  (the shipped schedules register on import)
 from simtrain.schedules.csvio import read_csv
 from simtrain.schedules.registry import SCHEDULES, Action, Schedule, ScheduleDef, make, register, simple_route
 from simtrain.schedules.validate import order_execution, timed_execution, validate
+
+if TYPE_CHECKING:
+    from simtrain.spec.scenario import ParallelSpec
 
 __all__ = ["SCHEDULES", "Action", "Schedule", "ScheduleDef", "build_schedule", "make", "order_execution", "register",
            "schedule_for", "simple_route", "timed_execution", "validate"]
@@ -36,7 +41,7 @@ def build_schedule(name: str, pp: int, m: int, vpp: int = 1) -> Schedule:
     return sched
 
 
-def schedule_for(parallel, m: int) -> Schedule:
+def schedule_for(parallel: ParallelSpec, m: int) -> Schedule:
     """The scenario's schedule: a registered builder, or the CSV file it names."""
     if parallel.schedule_csv:
         return read_csv(parallel.schedule_csv)

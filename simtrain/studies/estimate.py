@@ -18,17 +18,22 @@ Worked example (interleaved, m 8, p 4, v 2, 1 s of F + B per rank and microbatch
 """
 from __future__ import annotations
 
-from simtrain.cost.roofline import CalibratedRoofline, sequence_time
+from collections.abc import Callable
+
+from simtrain.cost.roofline import CalibratedRoofline, ComputeCostModel, sequence_time
 from simtrain.hardware.devices import device_of
-from simtrain.network.collectives import choose, p2p_time
+from simtrain.hardware.topology import Topology
+from simtrain.network.collectives import Cost, choose, p2p_time
 from simtrain.plan.grid import RankGrid, group_shape, placement_of
 from simtrain.program.optimizer import OPT_BYTES_PER_PARAM
-from simtrain.schedules import schedule_for
+from simtrain.schedules import Schedule, schedule_for
+from simtrain.spec.scenario import Scenario
 from simtrain.workload.build import build_workload
 from simtrain.workload.ir import Comm, Ring
 
 
-def estimate(sc, topo, costs=None, schedule=None, collective=choose) -> dict:
+def estimate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None, schedule: Schedule | None = None,
+             collective: Callable[..., Cost] = choose) -> dict:
     """`costs`: any ComputeCostModel (default: the device's calibrated roofline, as `simulate`).
     `schedule`: the plan's schedule when the caller built it already (default: schedule_for);
     `collective`: what picks a collective's algorithm and cost (default network.collectives.choose;

@@ -19,24 +19,26 @@ busbw   nccl-tests bus bandwidth of all-reduce and all-gather sweeps, each laid 
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import itertools
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TextIO
 
 import yaml
 
 from simtrain import resources
 from simtrain.calibration.fit import fit_alpha_beta
 from simtrain.errors import Collector, SimtrainError
-from simtrain.hardware.topology import load_topology
+from simtrain.hardware.topology import Topology, load_topology
 from simtrain.network.collectives import choose, measured_cost
 from simtrain.network.flows import FlowNetwork
-from simtrain.plan.grid import group_shape
+from simtrain.plan.grid import GroupShape, group_shape
 from simtrain.results.io import write_atomic
 from simtrain.simulate import simulate
 from simtrain.spec.loading import build_scenario
@@ -59,7 +61,7 @@ class Run(NamedTuple):
     wall_s: float           # simulator wall time
 
 
-def vtrain_rows(name: str):
+def vtrain_rows(name: str) -> Iterator[dict]:
     """The rows of ground_truth_<name>.csv (name: multi or single), keys stripped."""
     with open(VTRAIN / f"ground_truth_{name}.csv", encoding="utf-8-sig") as f:
         for r in csv.DictReader(f):
@@ -141,7 +143,7 @@ def vtrain_summary(name: str, runs: list[Run]) -> str:
 
 
 def vtrain_report(sets: str = "multi", table: bool = False, profile: str | None = VTRAIN_PROFILE,
-                  limit: int | None = None, csv_out: str | None = None, out=None) -> dict:
+                  limit: int | None = None, csv_out: str | None = None, out: TextIO | None = None) -> dict:
     """Prints the report of `sets` (multi, single or both) on `out`; returns {set: runs}."""
     out = out or sys.stdout
     results = {}
@@ -180,7 +182,7 @@ SAME_FABRIC = {"nccl_vp_h100_1node_allreduce": "nccl_azure_ndh200v5_allreduce",
                "nccl_azure_ndh200v5_allreduce": "nccl_vp_h100_1node_allreduce"}
 
 
-def sweeps():
+def sweeps() -> Iterator[tuple[dict, str]]:
     """(sweep entry, topology name) of every usable sweep: all-reduce / all-gather, with a topology."""
     for e in yaml.safe_load(NCCL_TESTS.read_text()):
         if e.get("kind") != "sweep" or e.get("collective") not in FACTOR:
@@ -194,7 +196,7 @@ def sweeps():
 _topologies: dict = {}
 
 
-def layout(e: dict, tname: str, collectives: dict | None = None):
+def layout(e: dict, tname: str, collectives: dict | None = None) -> tuple[Topology, list[int], GroupShape]:
     """(topology, device group, group shape) of a sweep, with `collectives` keys overridden."""
     n, nodes = e["n_gpus"], e["n_nodes"]
     key = (tname, nodes)
@@ -250,7 +252,7 @@ def summary(errs: list) -> tuple:
     return sum(1 for x in errs if abs(x) <= TOLERANCE), len(errs), sum(abs(x) for x in errs) / len(errs)
 
 
-def fit(keys: list, sweep_id: str, out=None) -> int:
+def fit(keys: list, sweep_id: str, out: TextIO | None = None) -> int:
     """Grid search of one or two `collectives` keys on one sweep (every other fabric number as
     shipped): the values with the smallest mean |busbw error| from 1 MiB up. In-sample on that
     sweep; every other sweep, on its own topology with the same values, is printed as an
@@ -291,7 +293,7 @@ def fit(keys: list, sweep_id: str, out=None) -> int:
     return 0
 
 
-def busbw_report(out=None) -> list:
+def busbw_report(out: TextIO | None = None) -> list:
     """Prints every size of every sweep (both backends), a summary per sweep and the calibrated
     out-of-sample check; returns [(sweep id, topology, analytical summary, flow summary)]."""
     out = out or sys.stdout
@@ -328,7 +330,7 @@ def table_of(e: dict) -> dict:
             "points": [{"bytes": b, "busbw_GBps": bw, "time_us": b * f / (bw * 1e9) * 1e6} for b, bw in pts]}
 
 
-def calibrated(out=None) -> None:
+def calibrated(out: TextIO | None = None) -> None:
     """Out of sample: each sweep predicted from the profile table of the other sweep on the same fabric."""
     out = out or sys.stdout
     by_id = {e["id"]: (e, t) for e, t in sweeps()}
@@ -355,7 +357,7 @@ def calibrated(out=None) -> None:
 
 # --- command line ------------------------------------------------------------------------------
 
-def main(args) -> int:
+def main(args: argparse.Namespace) -> int:
     """Entry of `simtrain validate vtrain|busbw` (arguments: simtrain.cli.validate)."""
     if args.what == "vtrain":
         profile = None if args.profile == "none" else args.profile

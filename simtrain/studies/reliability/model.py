@@ -136,7 +136,7 @@ def checkpoint_bytes(memory: list, sc) -> tuple:
         rep = p.dp * getattr(p, "cp", 1)
         w_rep = rep if p.zero_stage >= 3 else 1
         o_rep = rep if p.zero_stage >= 1 else 1
-        return sum(m["weights"] * p.tp * w_rep + m["optimizer"] * p.tp * o_rep for m in memory), "memory model"
+        return sum(m.weights * p.tp * w_rep + m.optimizer * p.tp * o_rep for m in memory), "memory model"
     per = 2.0 + (16.0 if sc.training.precision == "fp16" else 12.0)
     return parameter_counts(sc)["total"] * per, "parameter count x bytes per parameter"
 
@@ -164,15 +164,15 @@ def build(spec: ReliabilitySpec, sc, topo, step: dict | None, file: str = "<scen
     cats = tuple((c.name, c.rate_per_unit_hour * units[c.per] * f.rate_scale / 3600.0, c.action, c.detection, c.group, c.planned)
                  for c in f.categories if c.rate_per_unit_hour > 0)
 
-    step_time = spec.step_time_s if spec.step_time_s is not None else (step or {}).get("step_time_s")
+    step_time = spec.step_time_s if spec.step_time_s is not None else (step.step_time_s if step is not None else None)
     if not step_time:
         errs.add("reliability.step_time", "no step time (the step simulation gave none)", 'give reliability.step_time, e.g. "12 s"')
     ck = spec.checkpoint
     size_source = "reliability.checkpoint.size"
     if ck.size_bytes is not None:
         size = ck.size_bytes
-    elif step is not None and step.get("memory"):
-        size, size_source = checkpoint_bytes(step["memory"], sc)
+    elif step is not None and step.memory:
+        size, size_source = checkpoint_bytes(step.memory, sc)
     else:
         size = 0.0
         errs.add("reliability.checkpoint.size", "no checkpoint size (no memory model result)", 'give checkpoint.size, e.g. "5.7 TB"')
