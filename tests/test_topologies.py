@@ -449,10 +449,10 @@ def test_a_scenario_runs_on_every_shipped_topology_with_both_backends(tmp_path, 
     for backend in ("analytical", "flow"):
         sc, topo = load_scenario(f, [f"network.backend={backend}"])
         r = simulate(sc, topo).result
-        assert r["step_time_s"] > 0 and r["num_devices"] == 2 * topo.devices_per_node
-        res[backend] = r["step_time_s"]
+        assert r.step_time_s > 0 and r.num_devices == 2 * topo.devices_per_node
+        res[backend] = r.step_time_s
     # placement: topology_aware gives a valid run too
     sc, topo = load_scenario(f)
     sc2 = dataclasses.replace(sc, parallel=dataclasses.replace(sc.parallel, placement="topology_aware"))
-    assert simulate(sc2, topo).result["step_time_s"] > 0
+    assert simulate(sc2, topo).result.step_time_s > 0
     assert math.isfinite(res["flow"])

@@ -58,17 +58,6 @@ class Section:
             out[key] = _plain(v)
         return out
 
-    def __getitem__(self, key: str) -> Any:
-        # Read by JSON key: kept only while tests/test_topologies.py still reads a result that
-        # way (`result["step_time_s"]`); code reads attributes. Remove once nothing indexes a section.
-        f = self._keys().get(key)
-        if f is None:
-            raise KeyError(key)
-        v = getattr(self, f.name)
-        if v is None and f.metadata.get("omit_none"):
-            raise KeyError(key)
-        return v
-
 
 @dataclass(kw_only=True)
 class Breakdown(Section):
