@@ -1,9 +1,23 @@
+import functools
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from simtrain.simulate import StepRun, simulate
+from simtrain.spec.loading import load_scenario
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@functools.lru_cache(maxsize=None)
+def shipped_run(stem: str) -> tuple:
+    """A shipped scenario loaded and simulated once per test session: (scenario, topology, StepRun).
+    Several test files check the same runs (they run, they are pinned); a run is deterministic, so
+    they share it instead of simulating it again."""
+    sc, topo = load_scenario(ROOT / "scenarios" / f"{stem}.yaml")
+    run: StepRun = simulate(sc, topo)
+    return sc, topo, run
 
 
 def write(path: Path, text: str) -> Path:

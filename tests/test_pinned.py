@@ -5,11 +5,9 @@ These are regression pins, not derivations: the values are what the simulator co
 that is meant to move a number updates the pin in its own commit and says why.
 """
 import pytest
-from conftest import ROOT
+from conftest import ROOT, shipped_run
 
 from simtrain.results.step import StepResult
-from simtrain.simulate import simulate
-from simtrain.spec.loading import load_scenario
 from simtrain.studies import compare, search
 
 KEYS = ("step_time_s", "mfu", "bubble_fraction", "peak_memory_bytes")
@@ -56,8 +54,7 @@ def test_every_shipped_scenario_is_pinned():
 
 @pytest.mark.parametrize("stem", sorted(SCENARIOS))
 def test_shipped_scenario_pinned(stem):
-    sc, topo = load_scenario(ROOT / "scenarios" / f"{stem}.yaml")
-    assert sig4(simulate(sc, topo).result) == SCENARIOS[stem]
+    assert sig4(shipped_run(stem)[2].result) == SCENARIOS[stem]
 
 
 def test_schedule_comparison_pinned():

@@ -3,11 +3,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, shipped_run
 
 from simtrain.cli.main import main
 from simtrain.hardware.topology import load_topology, shipped_topologies
-from simtrain.simulate import simulate
 from simtrain.spec.loading import load_scenario
 
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -15,8 +14,8 @@ SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_shipped_scenario_runs(path):
-    sc, topo = load_scenario(path)
-    r = simulate(sc, topo).result
+    sc, topo, run = shipped_run(path.stem)
+    r = run.result
     assert r.step_time_s > 0
     assert 0 < r.mfu < 1
     assert r.num_devices == sc.world_size == topo.num_devices
