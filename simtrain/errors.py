@@ -57,6 +57,6 @@ class Collector:
     def extend(self, other: "Collector") -> None:
         self.problems.extend(other.problems)
 
-    def raise_if_any(self, cls=ConfigError) -> None:
+    def raise_if_any(self, cls: type[ConfigError] = ConfigError) -> None:
         if self.problems:
             raise cls(self.problems)

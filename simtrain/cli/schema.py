@@ -13,7 +13,7 @@ from pathlib import Path
 from simtrain.spec import schemas
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Adds the `schema` subcommand to the CLI's subparsers."""
     p = sub.add_parser("schema", help="write the JSON Schema of scenario, topology and profile files, or the key reference")
     g = p.add_mutually_exclusive_group(required=True)

@@ -1,14 +1,19 @@
 """`simtrain validate vtrain | busbw`: the subcommand's arguments (the work: simtrain.studies.validate)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from simtrain.studies.validate import main
 
+if TYPE_CHECKING:
+    import argparse
 
-def _main(args) -> int:
+
+def _main(args: argparse.Namespace) -> int:
     return main(args)
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     """Adds `validate` to the subparsers `sub` of the simtrain command line."""
     v = sub.add_parser("validate", help="the simulator against the measurements kept in the project (vTrain iteration times, nccl-tests busbw)")
     what = v.add_subparsers(dest="what", required=True, metavar="vtrain|busbw")

@@ -107,7 +107,7 @@ def _probe_writable(d: Path, target: Path, flag: str) -> None:
                    "choose a directory you can write to, or fix its permissions")
 
 
-def check_out_dir(path, flag: str = "--out", names: Sequence[str] = ()) -> Path:
+def check_out_dir(path: str | Path, flag: str = "--out", names: Sequence[str] = ()) -> Path:
     """Raises a ConfigError unless `path` is a writable directory, or can be created as one, and none
     of `names` inside it is a directory. Creates nothing."""
     p = Path(path)
@@ -130,7 +130,7 @@ def check_out_dir(path, flag: str = "--out", names: Sequence[str] = ()) -> Path:
     return p
 
 
-def check_out_file(path, flag: str = "-o") -> Path:
+def check_out_file(path: str | Path, flag: str = "-o") -> Path:
     """Raises a ConfigError unless `path` is a regular file, or can be created as one, in a writable
     directory. Creates nothing."""
     p = Path(path)
@@ -207,7 +207,7 @@ def publish(staging: Path, target: Path) -> list:
 
 
 @contextmanager
-def staged_dir(path, flag: str = "--out") -> Iterator[Path]:
+def staged_dir(path: str | Path, flag: str = "--out") -> Iterator[Path]:
     """A temporary directory beside `path` to write a command's files into; when the block ends
     without an error they are moved into `path` together (`publish`). The temporary directory is
     removed either way, so a failure leaves `path` as it was."""

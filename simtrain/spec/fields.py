@@ -192,7 +192,7 @@ def spec_field(kind: Any, doc: str = "", *, default: Any = dataclasses.MISSING, 
 
 
 @lru_cache(maxsize=None)
-def section_of(cls) -> Section:
+def section_of(cls: type) -> Section:
     """The Section a spec dataclass declares on its fields (`spec_field`), in field order, after
     the keys of its `_extra_keys` (read by the loader, with no field of their own) and before
     those of its `_keys_after`."""

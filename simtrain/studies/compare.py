@@ -24,6 +24,8 @@ from simtrain.studies.runner import run_factors
 from simtrain.units import fmt_time
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from matplotlib.figure import Figure
 
     from simtrain.simulate import StepRun
@@ -48,7 +50,7 @@ def split_values(text: str) -> list:
     return [v.strip() for v in out]
 
 
-def variants(sets) -> list:
+def variants(sets: Sequence[str] | None) -> list:
     """--set arguments -> list of (label, overrides) in sweep order (first axis varies slowest)."""
     fixed, axes = [], []
     for s in sets or ():
@@ -78,7 +80,7 @@ class Row:
     pp: int = 1
 
 
-def run_variants(scenario: str | Path, sets) -> list[Row]:
+def run_variants(scenario: str | Path, sets: Sequence[str] | None) -> list[Row]:
     """One Row per variant of `sets` (see `variants`), each loaded and simulated on its own."""
     labelled = variants(sets)
     rows = []
@@ -148,7 +150,7 @@ def compute_spans(run: StepRun) -> list[tuple]:
     return out
 
 
-def table(rows) -> str:
+def table(rows: list[Row]) -> str:
     wl = max([34] + [len(r.label) + 1 for r in rows])
     head = (f"  {'variant':<{wl}} {'step':>10} {'MFU':>6} {'bubble':>7} {'exposed tp/pp/dp (s)':>21} {'peak mem':>9} {'fits':>4}"
             f"   peak per pipeline rank (GiB)")
@@ -166,7 +168,7 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
-def to_csv(rows) -> str:
+def to_csv(rows: list[Row]) -> str:
     n = max((len(r.result.memory) for r in rows if r.result), default=0)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")

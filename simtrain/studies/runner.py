@@ -70,7 +70,7 @@ class Outcome:
         return self
 
 
-def internal_error(path, overrides: Sequence[str], e: BaseException) -> str:
+def internal_error(path: str | Path, overrides: Sequence[str], e: BaseException) -> str:
     """The one-line message of a point that failed on a bug rather than on its inputs."""
     first = (str(e).splitlines() or [""])[0]
     at = f" with {' '.join(overrides)}" if overrides else ""

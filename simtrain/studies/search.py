@@ -54,7 +54,12 @@ from simtrain.units import fmt_bytes, fmt_time
 from simtrain.workload.build import build_workload
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
     from matplotlib.figure import Figure
+
+    from simtrain.plan.grid import GroupShape
+    from simtrain.spec.scenario import ModelSpec, ParallelSpec
 
 RECOMPUTE = ("none", "selective", "full")
 DEFAULT_SCHEDULES = ("1f1b", "interleaved_1f1b")
@@ -132,7 +137,7 @@ def divisors(n: int) -> list:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def parse_fixes(fixes, path: str) -> dict:
+def parse_fixes(fixes: Sequence[str] | None, path: str) -> dict:
     """`--fix parallel.tp=8` -> {"tp": 8} for plan axes; other keys (e.g. parallel.placement) are
     plain overrides applied to every plan, returned under "_extra"."""
     out, extra = {}, []
@@ -169,8 +174,8 @@ def parse_fixes(fixes, path: str) -> dict:
     return out
 
 
-def enumerate_plans(model, global_batch: int, devices_per_node: int, nodes_list, fixes: dict,
-                    schedules=DEFAULT_SCHEDULES, max_mb: int = 8, zero_stages=(0, 1)) -> list:
+def enumerate_plans(model: ModelSpec, global_batch: int, devices_per_node: int, nodes_list: Iterable[int], fixes: dict,
+                    schedules: Sequence[str] = DEFAULT_SCHEDULES, max_mb: int = 8, zero_stages: Sequence[int] = (0, 1)) -> list:
     """Every structurally valid plan (the loader still checks each); sorted, so the order is stable.
 
     Example (tests/test_search.py): 4 devices, 8 layers, 8 heads, global batch 8, with sp, recompute,
@@ -237,7 +242,7 @@ class PlanCache:
         self.topologies: dict = {}
         self.collectives: dict = {}
 
-    def schedule(self, parallel, m: int) -> Schedule:
+    def schedule(self, parallel: ParallelSpec, m: int) -> Schedule:
         if parallel.schedule_csv:
             return schedule_for(parallel, m)
         key = (parallel.schedule, parallel.pp, m, parallel.vpp)
@@ -249,13 +254,13 @@ class PlanCache:
             self.schedules[key] = d.build(parallel.pp, m, parallel.vpp)
         return self.schedules[key]
 
-    def topology(self, path, nodes: int, *args, **kwargs) -> Topology:
+    def topology(self, path: str | Path, nodes: int, *args: object, **kwargs: object) -> Topology:
         key = (str(path), nodes, os.path.getmtime(path), args, tuple(sorted(kwargs.items())))
         if key not in self.topologies:
             self.topologies[key] = load_topology(path, nodes, *args, **kwargs)
         return self.topologies[key]
 
-    def choose(self, coll: str, n: float, g, topo: Topology, algorithm: str = "auto", protocol: str = "auto",
+    def choose(self, coll: str, n: float, g: GroupShape, topo: Topology, algorithm: str = "auto", protocol: str = "auto",
                measured: tuple = (), notes: set | None = None) -> Cost:
         if notes is not None:           # the caller collects lookup notes: not a pure call
             return choose(coll, n, g, topo, algorithm, protocol, measured, notes)
@@ -352,7 +357,7 @@ class SearchResult:
     timing: dict = field(default_factory=dict)
 
 
-def objective_value(objective: str, r: StepResult, sc, price) -> float:
+def objective_value(objective: str, r: StepResult, sc: Scenario, price: float | None) -> float:
     """Lower is better for every objective (tokens/s enters negated)."""
     if objective == "step_time":
         return r.step_time_s
@@ -372,8 +377,9 @@ def _load_raw(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
 
-def search(path, objective: str = "step_time", fixes=(), max_candidates: int = 20, nodes_list=None,
-           schedules=DEFAULT_SCHEDULES, max_mb: int = 8, zero_stages=(0, 1), exhaustive: bool = False) -> SearchResult:
+def search(path: str | Path, objective: str = "step_time", fixes: Sequence[str] = (), max_candidates: int = 20,
+           nodes_list: Sequence[int] | None = None, schedules: Sequence[str] = DEFAULT_SCHEDULES, max_mb: int = 8,
+           zero_stages: Sequence[int] = (0, 1), exhaustive: bool = False) -> SearchResult:
     """`exhaustive` simulates every plan that survives the memory lower bound (the tests' reference)."""
     t0 = time.perf_counter()
     path = Path(path)
@@ -511,7 +517,7 @@ def best_scenario(res: SearchResult, path: Path) -> dict:
     return doc
 
 
-def pareto(points) -> list:
+def pareto(points: Sequence[tuple[float, float]]) -> list:
     """Indices of the points no other point beats in both coordinates (lower is better in each).
     Example: (1, 5) (2, 3) (3, 4) (4, 1) -> 0, 1, 3 ((3, 4) is beaten by (2, 3))."""
     order = sorted(range(len(points)), key=lambda i: (points[i][0], points[i][1]))

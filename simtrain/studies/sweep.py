@@ -58,7 +58,13 @@ from simtrain.studies.runner import Outcome, internal_error, run_factors
 from simtrain.units import fmt_bytes, fmt_time
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import TextIO
+
+    from distributed import Client
     from matplotlib.figure import Figure
+
+    from simtrain.spec.scenario import Scenario
 
 COLUMNS = ("key", "overrides", "status", "error", "step_time_s", "tokens_per_s", "mfu", "peak_memory_bytes",
            "fits_in_memory", "bubble_fraction", "num_devices", "result")
@@ -69,7 +75,7 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS points (
     bubble_fraction REAL, num_devices INTEGER, result TEXT)"""
 
 
-def parse_grid(grid, fixed=()) -> list:
+def parse_grid(grid: Sequence[str] | None, fixed: Sequence[str] = ()) -> list:
     """`--grid` arguments (`key=v1,v2`, commas inside brackets kept) -> list of override lists, first
     axis varying slowest. `fixed` (`--set`) overrides come first in every point. Keys joined by `+`
     move together (one axis, values joined by `+` too), for values that must change in step:
@@ -106,7 +112,7 @@ def _file_digest(path: str) -> str:
         return ""
 
 
-def scenario_key(sc) -> str:
+def scenario_key(sc: Scenario) -> str:
     """sha256 of the resolved scenario (json, sorted keys) and of the files it names, whose content
     the resolved dict holds only by path."""
     d = sc.resolved()
@@ -199,7 +205,7 @@ class Store:
             self.db.execute(f"INSERT OR REPLACE INTO points ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
                             tuple(row.get(c) for c in COLUMNS))
 
-    def rows(self, keys=None) -> list:
+    def rows(self, keys: set[str] | None = None) -> list:
         with self._errors():
             cur = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM points ORDER BY key")
             out = [dict(zip(COLUMNS, r)) for r in cur]
@@ -340,8 +346,10 @@ def _iter_results(executor: str, jobs: list, client=None, workers: int | None = 
         raise ValueError(executor)
 
 
-def sweep(path, grid, fixed=(), out: Path = Path("sweep"), executor: str = "serial", client=None,
-          workers: int | None = None, on_row=None, quiet: bool = False, stream=None):
+def sweep(path: str | Path, grid: Sequence[str] | None, fixed: Sequence[str] = (), out: Path = Path("sweep"),
+          executor: str = "serial", client: Client | None = None, workers: int | None = None,
+          on_row: Callable[[dict], None] | None = None, quiet: bool = False,
+          stream: TextIO | None = None) -> tuple[list[dict], SweepStats]:
     """Runs the grid into `out/sweep.sqlite`; returns (rows of this grid sorted by key, SweepStats).
     `on_row(row)` is called after each row is committed (the tests interrupt a sweep with it)."""
     t0 = time.perf_counter()
@@ -388,7 +396,7 @@ def sweep(path, grid, fixed=(), out: Path = Path("sweep"), executor: str = "seri
     return rows, stats
 
 
-def to_csv(rows) -> str:
+def to_csv(rows: list[dict]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     cols = [c for c in COLUMNS if c != "result"]
@@ -399,7 +407,7 @@ def to_csv(rows) -> str:
     return buf.getvalue()
 
 
-def table(rows, limit: int = 40) -> str:
+def table(rows: list[dict], limit: int = 40) -> str:
     lines = [f"  {'overrides':48s} {'step':>10s} {'MFU':>6s} {'peak mem':>10s}  fits"]
     for r in sorted(rows, key=lambda r: (r["status"] != "ok", r["step_time_s"] or 0.0, r["key"]))[:limit]:
         over = " ".join(json.loads(r["overrides"]))
@@ -476,7 +484,7 @@ SCHEDULER_TIMEOUT_S = 5.0
 OUT_FILES = ("sweep.sqlite", "sweep.csv", "scaling.png")
 
 
-def check_plot_x(grid, key: str) -> None:
+def check_plot_x(grid: Sequence[str] | None, key: str) -> None:
     """--plot-x must be a grid key whose values are numbers: checked before anything runs."""
     values = {}
     for g in grid or ():
@@ -500,7 +508,7 @@ def check_plot_x(grid, key: str) -> None:
                                        "plot against a grid key with numeric values, e.g. cluster.nodes")])
 
 
-def connect(scheduler: str):
+def connect(scheduler: str) -> Client:
     """A distributed.Client of `scheduler`, or a ConfigError within SCHEDULER_TIMEOUT_S."""
     try:
         from distributed import Client

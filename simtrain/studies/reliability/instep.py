@@ -21,12 +21,16 @@ Worked example: a fault at 2.0 s on one stage, its dp all-reduce peers block at 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import simpy
 
 from simtrain.engine.core import ready
 from simtrain.errors import SimulationError
 from simtrain.program.ir import stream_sequences
+
+if TYPE_CHECKING:
+    from simtrain.simulate import StepRun
 
 
 @dataclass
@@ -59,7 +63,7 @@ class StepFault:
         }
 
 
-def replay(ops: list, durations: list, fault: tuple | None = None):
+def replay(ops: list, durations: list, fault: tuple | None = None) -> tuple[list[float | None], list[float | None], list[str], list[tuple]]:
     """Runs the ops; fault = (class id, time). Returns (start, end, status, blocked)."""
     env = simpy.Environment()
     n = len(ops)
@@ -111,7 +115,7 @@ def replay(ops: list, durations: list, fault: tuple | None = None):
     return start, end, status, blocked
 
 
-def inject(run, rank: int, at_s: float, timeout_s: float = 600.0) -> StepFault:
+def inject(run: StepRun, rank: int, at_s: float, timeout_s: float = 600.0) -> StepFault:
     """A fault of `rank` at `at_s` seconds into the step of a StepRun (simtrain.simulate)."""
     classes = run.classes
     cls = next((c for c in classes if rank in c.ranks), None)
@@ -131,7 +135,7 @@ def inject(run, rank: int, at_s: float, timeout_s: float = 600.0) -> StepFault:
                      len(classes) - 1)
 
 
-def trace(run, f: StepFault) -> dict:
+def trace(run: StepRun, f: StepFault) -> dict:
     """Chrome / Perfetto trace of the faulty step: ops as run (cut ones marked), waits until the
     watchdog aborts the job, the fault and the abort as instants."""
     ops = run.ops

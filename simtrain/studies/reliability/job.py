@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import bisect
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
 from simtrain.studies.reliability.model import JobParams
 from simtrain.studies.reliability.model import levels as levels_of
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 BUCKETS = ("useful", "lost_work", "checkpoint", "detection", "spare_wait", "restart", "load", "warmup", "degraded")
 
@@ -66,7 +70,7 @@ class UniformRun:
         train, wait = _cycle(G, pend, self.rho, self.s)
         return steps, G, train, wait, pend
 
-    def cycle(self, k):
+    def cycle(self, k: int) -> tuple[float, float, float, float, float, float]:
         """(start, steps, G, train, wait, pend) of cycle k."""
         if k == 0:
             c = self.c0
@@ -76,10 +80,10 @@ class UniformRun:
             c = self.c1
         return self.start(k), c[0], c[1], c[2], c[3], c[4]
 
-    def start(self, k):
+    def start(self, k: int) -> float:
         return self.t0 if k == 0 else self.b0 + (k - 1) * self.L1 if self.L1 is not None else self.b0
 
-    def end(self, k):
+    def end(self, k: int) -> float:
         if k == 0:
             return self.b0
         if self.K is None or k < self.K - 1:
@@ -87,7 +91,7 @@ class UniformRun:
         st, _, _, train, wait, _ = self.cycle(k)
         return st + train + wait + self.s
 
-    def index_at(self, t):
+    def index_at(self, t: float) -> int:
         """Number of cycles whose stall has ended by t."""
         if t < self.b0:
             return 0
@@ -104,7 +108,7 @@ class UniformRun:
             n += 1
         return n
 
-    def totals(self, n):
+    def totals(self, n: int) -> tuple[float, float]:
         """(steps, compute seconds) of cycles 0..n-1."""
         steps = n * self.N
         if self.K is not None and n == self.K:
@@ -148,34 +152,35 @@ class RandomRun:
             self.ends.append(t)
         return True
 
-    def cycle(self, k):
+    def cycle(self, k: int) -> tuple[float, float, float, float, float, float]:
         while k >= len(self.steps):
             self._grow()
         return self.start(k), self.steps[k], self.G[k], self.train[k], self.wait[k], self.pend[k]
 
-    def start(self, k):
+    def start(self, k: int) -> float:
         while k > len(self.ends):
             self._grow()
         return self.t0 if k == 0 else self.ends[k - 1]
 
-    def end(self, k):
+    def end(self, k: int) -> float:
         while k >= len(self.ends):
             self._grow()
         return self.ends[k]
 
-    def index_at(self, t):
+    def index_at(self, t: float) -> int:
         while self.ends[-1] <= t and (self.K is None or len(self.ends) < self.K):
             self._grow()
         return bisect.bisect_right(self.ends, t)
 
-    def totals(self, n):
+    def totals(self, n: int) -> tuple[float, float]:
         return float(sum(self.steps[:n])), float(sum(self.G[:n]))
 
 
 class Trial:
     """One trial: build (processes, pool), run to the horizon or the token budget, collect."""
 
-    def __init__(self, p: JobParams, interval_steps: int, seed: int, trial: int, record: bool = False, injected=None):
+    def __init__(self, p: JobParams, interval_steps: int, seed: int, trial: int, record: bool = False,
+                 injected: Sequence[tuple[float, str]] | None = None) -> None:
         self.p, self.N = p, max(1, int(interval_steps))
         ss = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(trial)])
         self.rng_fail, self.rng_repair, self.rng_step, self.rng_host = [np.random.default_rng(s) for s in ss.spawn(4)]
@@ -282,7 +287,7 @@ class Trial:
 
     # -- run phase -----------------------------------------------------------------------------
     @property
-    def dp_eff(self):
+    def dp_eff(self) -> int:
         return self.p.dp - math.ceil(self.missing / self.p.hosts_per_replica)
 
     def _new_run(self):
@@ -569,7 +574,8 @@ class Trial:
         return out
 
 
-def run_trial(p: JobParams, interval_steps: int, seed: int, trial: int, record: bool = False, injected=None):
+def run_trial(p: JobParams, interval_steps: int, seed: int, trial: int, record: bool = False,
+              injected: Sequence[tuple[float, str]] | None = None) -> dict | tuple[dict, list, list]:
     """One trial -> result dict; with record=True also (events, failure marks) for a timeline."""
     t = Trial(p, interval_steps, seed, trial, record, injected)
     out = t.simulate()

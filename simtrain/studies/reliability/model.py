@@ -32,11 +32,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from simtrain.errors import Collector
 from simtrain.schedules import schedule_for
 from simtrain.studies.reliability.config import ReliabilitySpec
 from simtrain.workload.flops import parameter_counts
+
+if TYPE_CHECKING:
+    from simtrain.hardware.topology import Topology
+    from simtrain.results.step import MemoryEntry, StepResult
+    from simtrain.spec.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -113,11 +119,11 @@ class JobParams:
         det = sum(c[1] * self.detect_s[c[3]] for c in self.categories if not c[5]) / r
         return det + self.restart_s + self.load_storage_s + self.warmup_s
 
-    def with_(self, **kw) -> "JobParams":
+    def with_(self, **kw: Any) -> "JobParams":
         return replace(self, **kw)
 
 
-def checkpoint_bytes(memory: list, sc) -> tuple:
+def checkpoint_bytes(memory: list[MemoryEntry], sc: Scenario) -> tuple:
     """Unique weights + optimizer bytes of the job, and how they were counted.
 
     Dense plans: from the per-rank memory entries (one per pipeline rank), deduplicated over the
@@ -141,15 +147,16 @@ def checkpoint_bytes(memory: list, sc) -> tuple:
     return parameter_counts(sc)["total"] * per, "parameter count x bytes per parameter"
 
 
-def node_bandwidth_of(topo) -> float | None:
+def node_bandwidth_of(topo: Topology | None) -> float | None:
     try:
         return float(topo.nics_per_node) * float(topo.nic_bw) / max(1, topo.hosts_per_node)
     except AttributeError:
         return None
 
 
-def build(spec: ReliabilitySpec, sc, topo, step: dict | None, file: str = "<scenario>") -> JobParams:
-    """Resolve the spec for this job. `step` is the step simulation's result dict (step time, memory);
+def build(spec: ReliabilitySpec, sc: Scenario, topo: Topology | None, step: StepResult | None,
+          file: str = "<scenario>") -> JobParams:
+    """Resolve the spec for this job. `step` is the step simulation's StepResult (step time, memory);
     it may be None when reliability.step_time and checkpoint.size are both given."""
     errs = Collector(file)
     gpus = sc.world_size

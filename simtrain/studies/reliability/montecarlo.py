@@ -17,17 +17,23 @@ import json
 import math
 import multiprocessing as mp
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from simtrain.results.io import write_atomic
 from simtrain.studies.reliability.job import BUCKETS, run_trial
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from simtrain.studies.reliability.model import JobParams
+
 MODEL_VERSION = "job-model-1"
 CHUNK = 50
 
 
-def task_key(p, interval_steps: int, seed: int) -> str:
+def task_key(p: JobParams, interval_steps: int, seed: int) -> str:
     text = f"{MODEL_VERSION}|{p!r}|{interval_steps}|{seed}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -41,7 +47,8 @@ def _chunk_file(store: Path, tag: str, key: str, lo: int, hi: int) -> Path:
     return store / f"{tag}-{key}" / f"trials-{lo:06d}-{hi:06d}.json"
 
 
-def run_many(tasks, trials: int, seed: int, jobs: int = 1, store: Path | None = None, chunk: int = CHUNK, log=None) -> dict:
+def run_many(tasks: Sequence[tuple[str, JobParams, int]], trials: int, seed: int, jobs: int = 1, store: Path | None = None,
+             chunk: int = CHUNK, log: Callable[[str], None] | None = None) -> dict:
     """tasks: [(tag, JobParams, interval_steps)] -> {tag: [trial result, ...] in trial order}."""
     out = {tag: [None] * trials for tag, _, _ in tasks}
     todo = []
@@ -83,7 +90,7 @@ def run_many(tasks, trials: int, seed: int, jobs: int = 1, store: Path | None = 
     return {tag: json.loads(json.dumps(v)) for tag, v in out.items()}
 
 
-def stats(values) -> dict:
+def stats(values: Sequence[float]) -> dict:
     a = np.asarray(values, dtype=float)
     n = len(a)
     sd = float(a.std(ddof=1)) if n > 1 else 0.0

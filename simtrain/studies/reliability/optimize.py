@@ -18,8 +18,12 @@ parabola through it and its neighbours in log(interval).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def young(delta: float, mtbf: float) -> float:
@@ -68,7 +72,7 @@ def grid(center_s: float, step_s: float, points: int = 13, span: float = 4.0) ->
     return sorted(out)
 
 
-def refine(intervals, means) -> float:
+def refine(intervals: Sequence[float], means: Sequence[float]) -> float:
     """Best grid point, refined by a parabola in log(interval) through it and its neighbours."""
     i = int(np.argmax(means))
     if i == 0 or i == len(means) - 1:

@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -33,6 +34,9 @@ from simtrain.studies.reliability.optimize import daly, daly_goodput, exact_opti
 from simtrain.studies.reliability.plots import sweep_png, timeline_png
 from simtrain.studies.runner import load_point, simulate_point
 from simtrain.units import UnitError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 OUT_FILES = ("result.json", "scenario.resolved.yaml", "timeline.json", "timeline.png", "sweep.csv", "goodput_vs_interval.png",
              "whatif.csv", "step_fault_trace.json", "run_info.json")
@@ -107,8 +111,11 @@ def _sweep_block(p, ns, res, trials, with_cf=True):
     return out
 
 
-def study(path, overrides=(), days=None, tokens=None, trials=None, seed=None, jobs=1, interval=None, sweep=False,
-          sweep_points=13, spares=None, methods=None, out=None, log=None, timeline_days=None, step_fault=None) -> dict:
+def study(path: str | Path, overrides: Sequence[str] = (), days: float | None = None, tokens: float | None = None,
+          trials: int | None = None, seed: int | None = None, jobs: int = 1, interval: float | None = None, sweep: bool = False,
+          sweep_points: int = 13, spares: Sequence[int] | None = None, methods: Sequence[str] | None = None,
+          out: str | Path | None = None, log: Callable[[str], None] | None = None, timeline_days: float | None = None,
+          step_fault: tuple[int, float] | None = None) -> dict:
     """step_fault = (rank, seconds into the step): also inject a failure inside one step (instep.py)."""
     t0 = time.perf_counter()
     if out:
