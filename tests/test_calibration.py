@@ -2,6 +2,7 @@
 on two gloo processes, simtrain calibrate, and a scenario run with the resulting profile; the
 profile's interpolation against hand-derived values."""
 import math
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,14 @@ def test_alpha_beta_fit_recovers_a_closed_form():
     assert a == pytest.approx(10e-6, rel=1e-9) and b == pytest.approx(100e9, rel=1e-9)
 
 
+def free_port() -> int:
+    """A TCP port nothing listens on now (the OS picks it), so that two test runs on one machine
+    do not meet at a fixed rendezvous port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def bench_files(tmp_path_factory):
     pytest.importorskip("torch")
@@ -53,7 +62,7 @@ def bench_files(tmp_path_factory):
     comp, coll = d / "compute.yaml", d / "coll.yaml"
     assert main(["bench", "--device", "cpu", "--dtype", "bf16", "--tiny", "--warmup", "1", "--reps", "3", "--quiet",
                  "-o", str(comp)]) == 0
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
                         "-m", "simtrain", "bench", "--collectives", "--device", "cpu", "--dtype", "fp32",
                         "--min-bytes", "4096", "--max-bytes", "65536", "--warmup", "1", "--reps", "3", "-o", str(coll)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
