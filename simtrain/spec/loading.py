@@ -59,7 +59,7 @@ TOP = tuple(SCENARIO)
 REQUIRED_SECTIONS = tuple(k for k, key in SCENARIO.items() if key.required)
 
 def _resolve_heterogeneity(cluster: dict, errs: Collector) -> None:
-    """cluster.stragglers / jitter / mixed -> the spec's tuples (see simtrain.stragglers)."""
+    """cluster.stragglers / jitter / mixed -> the spec's tuples (see simtrain.plan.heterogeneity)."""
     nodes = cluster.get("nodes")
     raw = cluster.pop("stragglers", None)
     out = []

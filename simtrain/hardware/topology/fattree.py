@@ -44,19 +44,18 @@ leaf of the same pod), `core` (other pod), and
 `pxn_leaf` / `pxn_spine` / `pxn_core` for cross-plane pairs (the proxy's leaf against the
 destination's). Each is the min `flow_bw` and summed latency of a representative route.
 
-Worked example (dgx-a100, nodes 128): device node3.gpu5 -> node3.gpu6: scale_up, 300 GB/s, 3 us;
-node3.gpu5 -> node40.gpu5 (another leaf): min(25 GB/s NIC, 25/1 uplink) = 25 GB/s, 5 us.
+Worked example, oversubscribed (dgx-a100-2to1, nodes 128: 16-node leaves, 2:1 uplinks): node3.gpu5
+-> node4.gpu5 shares a leaf, 25 GB/s at the NIC; node3.gpu5 -> node40.gpu5 crosses the spine,
+min(25 GB/s NIC, 25 GB/s / 2 uplink) = 12.5 GB/s, 5 us.
 
 >>> from simtrain.hardware.topology import REPO_TOPOLOGIES, load_topology
 
->>> t = load_topology(REPO_TOPOLOGIES / "dgx-a100.yaml", 128)
->>> a, b, c = 3 * 8 + 5, 3 * 8 + 6, 40 * 8 + 5
->>> t.device_id(a), t.device_id(c)
-('node3.gpu5', 'node40.gpu5')
->>> t.link_class_name(a, b), t.link(a, b).bw / 1e9, round(t.link(a, b).latency * 1e6, 6)
-('scale_up', 300.0, 3.0)
+>>> t = load_topology(REPO_TOPOLOGIES / "dgx-a100-2to1.yaml", 128)
+>>> a, b, c = 3 * 8 + 5, 4 * 8 + 5, 40 * 8 + 5
+>>> t.link_class_name(a, b), t.link(a, b).bw / 1e9
+('leaf', 25.0)
 >>> t.link_class_name(a, c), t.link(a, c).bw / 1e9, round(t.link(a, c).latency * 1e6, 6)
-('spine', 25.0, 5.0)
+('spine', 12.5, 5.0)
 """
 from __future__ import annotations
 
