@@ -92,11 +92,30 @@ def test_hf_config_with_aliases(tmp_path, fast_topology):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     p = small_scenario(tmp_path, fast_topology)
     d = yaml.safe_load(p.read_text())
-    d["model"] = {"hf_config": "config.json"}
+    d["model"] = {"hf_config": "config.json", "seq_length": 64}
     p.write_text(yaml.safe_dump(d))
     sc, _ = load_scenario(p)
     m = sc.model
-    assert (m.architecture, m.num_layers, m.num_key_value_heads, m.ffn_hidden_size, m.seq_length) == ("llama", 8, 2, 704, 128)
+    assert (m.architecture, m.num_layers, m.num_key_value_heads, m.ffn_hidden_size, m.seq_length) == ("llama", 8, 2, 704, 64)
+
+
+def test_hf_config_needs_the_training_sequence_length(tmp_path, fast_topology, capsys):
+    """A config.json's max_position_embeddings is the model's context limit (131,072 for
+    Llama-3.1-70B), not the training length: without `model.seq_length` the loader refuses, names
+    the limit and says how to give the length, instead of simulating 131,072-token sequences."""
+    cfg = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 8, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "intermediate_size": 704, "vocab_size": 1024, "max_position_embeddings": 131072}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    p = small_scenario(tmp_path, fast_topology)
+    d = yaml.safe_load(p.read_text())
+    d["model"] = {"hf_config": "config.json"}
+    p.write_text(yaml.safe_dump(d))
+    assert main(["check", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "model.seq_length: not given" in err and "131,072" in err and "seq_length: 8192" in err
+    assert "Traceback" not in err
+    assert main(["check", str(p), "--set", "model.seq_length=64"]) == 0
+    assert "sequences of 64 tokens" in capsys.readouterr().out
 
 
 def test_out_dir_files(tmp_path, fast_topology):

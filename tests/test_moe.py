@@ -101,7 +101,7 @@ def test_hf_configs_of_moe_models(tmp_path, fast_topology):
         d.mkdir()
         (d / "config.json").write_text(json.dumps(cfg))
         p = d / "s.yaml"
-        p.write_text(yaml.safe_dump({"name": name, "model": {"hf_config": "config.json"},
+        p.write_text(yaml.safe_dump({"name": name, "model": {"hf_config": "config.json", "seq_length": 128},
                                      "training": {"micro_batch_size": 1, "global_batch_size": 4},
                                      "parallel": {"dp": 4}, "cluster": {"device": "h100-sxm5-80gb", "topology": str(fast_topology), "nodes": 1}}))
         got[name] = load_scenario(p)[0].model

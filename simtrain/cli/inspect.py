@@ -31,6 +31,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"{args.scenario}: ok")
     print(f"  model {sc.model.name} ({sc.model.architecture}), {sc.world_size} ranks = tp {p.tp} x cp {p.cp} x dp {p.dp} x pp {p.pp}, "
           f"{sc.num_microbatches} microbatches, schedule {p.schedule}")
+    print(f"  sequences of {sc.model.seq_length:,} tokens, global batch {sc.training.global_batch_size:,}, "
+          f"micro batch {sc.training.micro_batch_size}")
     print(f"  topology {topo.name}: {topo.describe()}")
     print("  static memory per rank (weights + gradients + optimizer + buffers, before activations):")
     need = []

@@ -26,12 +26,14 @@ def load(args: argparse.Namespace) -> tuple[Scenario, Topology]:
     return load_scenario(args.scenario, args.set or ())
 
 
-def summary(r: StepResult, wall: float) -> str:
+def summary(r: StepResult, wall: float, sc: Scenario) -> str:
     b = r.breakdown
     step = r.step_time_s
+    t = sc.training
     lines = [
         f"simtrain {__version__} — {r.scenario}: {r.num_devices} x {r.device} ({r.precision}), "
         f"{r.num_microbatches} microbatches per step",
+        f"  sequences of {sc.model.seq_length:,} tokens, global batch {t.global_batch_size:,}, micro batch {t.micro_batch_size}",
         "",
         f"  step time          {fmt_time(step)}",
         f"  tokens/s           {r.tokens_per_s:,.0f}",
@@ -104,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         d["sim_wall_s"] = run.wall_s
         sys.stdout.write(json.dumps(d) + "\n")
     else:
-        print(summary(r, run.wall_s))
+        print(summary(r, run.wall_s, sc))
         if args.out:
             print(f"\n  wrote {args.out}/: {' '.join(OUT_FILES)}")
     return 0

@@ -153,27 +153,28 @@ def apply_overrides(raw: dict, overrides: Iterable[str] | None, errs: Collector)
     return raw
 
 
-def _model_from_hf(path: Path, errs: Collector) -> dict:
+def _model_from_hf(path: Path, errs: Collector) -> tuple[dict, int | None]:
+    """The model fields of a Hugging Face config.json, and its max_position_embeddings (GPT-2:
+    n_positions): the longest sequence the model accepts, which is not the training length."""
     herr = Collector(str(path))
     try:
         cfg = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         errs.add("model.hf_config", f"cannot read {path} as JSON ({e})", "point it at a Hugging Face config.json")
-        return {}
+        return {}, None
     mt = cfg.get("model_type", "")
     if mt in ("gpt2", "gpt_bigcode", "openai-gpt"):
         h = cfg.get("n_embd", cfg.get("hidden_size"))
         out = {"architecture": "gpt", "num_layers": cfg.get("n_layer", cfg.get("num_hidden_layers")), "hidden_size": h,
                "num_attention_heads": cfg.get("n_head", cfg.get("num_attention_heads")),
                "ffn_hidden_size": cfg.get("n_inner") or (4 * h if isinstance(h, int) else None),
-               "vocab_size": cfg.get("vocab_size"), "seq_length": cfg.get("n_positions", cfg.get("max_position_embeddings")),
+               "vocab_size": cfg.get("vocab_size"),
                "tie_embeddings": bool(cfg.get("tie_word_embeddings", True))}
     else:
         out = {"architecture": "llama", "num_layers": cfg.get("num_hidden_layers"), "hidden_size": cfg.get("hidden_size"),
                "num_attention_heads": cfg.get("num_attention_heads"),
                "num_key_value_heads": cfg.get("num_key_value_heads", cfg.get("num_attention_heads")),
                "ffn_hidden_size": cfg.get("intermediate_size"), "vocab_size": cfg.get("vocab_size"),
-               "seq_length": cfg.get("max_position_embeddings"),
                "tie_embeddings": bool(cfg.get("tie_word_embeddings", False))}
     moe = _moe_from_hf(cfg)
     if moe:
@@ -189,7 +190,8 @@ def _model_from_hf(path: Path, errs: Collector) -> dict:
             herr.add(k, "field missing from config.json", "add it to the config or give it under `model:` in the scenario")
             del out[k]
     errs.extend(herr)
-    return out
+    limit = cfg.get("max_position_embeddings", cfg.get("n_positions"))
+    return out, (limit if isinstance(limit, int) and not isinstance(limit, bool) else None)
 
 
 def _moe_from_hf(cfg: dict) -> dict:
@@ -241,8 +243,16 @@ def _resolve_model(raw, base_dir: Path, errs: Collector) -> dict | None:
             errs.add("model.hf_config", f"file {ref!r} not found (looked beside the scenario and in the current directory)",
                      "give a path to a config.json")
             return None
-        merged.update(_model_from_hf(found, errs))
+        fields, limit = _model_from_hf(found, errs)
+        merged.update(fields)
         name = name or found.parent.name or "hf-model"
+        if "seq_length" not in raw and "seq_length" not in merged:
+            # max_position_embeddings (n_positions) is the longest sequence the model accepts, often
+            # 16x the length it is trained on (Llama-3.1: 131,072); taking it silently would
+            # simulate a different job
+            errs.add("model.seq_length", "not given; a Hugging Face config.json has no training sequence length"
+                     + (f" (its max_position_embeddings = {limit:,} is the longest the model accepts)" if limit else ""),
+                     "add `seq_length:` under `model:` (e.g. `seq_length: 8192`) or --set model.seq_length=8192")
     for k in ("moe", "mla", "encoder"):
         # inline sub-keys refine the preset's section (e.g. `moe: {capacity_factor: 1.25}`)
         if isinstance(raw.get(k), dict) and isinstance(merged.get(k), dict):
