@@ -84,3 +84,13 @@ def test_a_bad_profile_is_checked_against_its_declaration(tmp_path):
         "op_overhead.source: missing required key; add `source:`",
     ):
         assert f"{f}: {line}" in text, line
+
+
+def test_list_devices_shows_peaks_memory_and_bandwidth(capsys):
+    """`simtrain list devices`: dense peak per precision, capacity and bandwidth, as the presets
+    state them (A100 SXM4 80GB datasheet: 312 TFLOP/s bf16 and fp16, 156 tf32, 19.5 fp32; 80 GB
+    at 2039 GB/s)."""
+    from simtrain.cli.main import main
+    assert main(["list", "devices"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("a100-sxm4-80gb "))
+    assert "bf16 312, fp16 312, tf32 156, fp32 19.5 TFLOP/s; 80 GB at 2039 GB/s" in line

@@ -1,5 +1,6 @@
 """simtrain search: the plan space, pruning against exhaustive simulation, --fix, the written best plan."""
 import itertools
+import re
 
 import pytest
 import yaml
@@ -145,3 +146,15 @@ def test_cost_objective_needs_and_uses_the_price(tmp_path, plain_topology, capsy
     path.write_text(yaml.safe_dump(doc))
     assert main(["search", str(path), "--objective", "cost"]) == 2
     assert "must be > 0" in capsys.readouterr().err
+
+
+def test_set_applies_to_every_plan_as_in_run(tmp_path, plain_topology, capsys):
+    """`--set` means what it means in `run`: the value for every plan; on a plan axis it holds the
+    axis. Every ranked row of the table then shows tp2 and the scenario carries the placement."""
+    path = _big(tmp_path, plain_topology)
+    assert main(["search", str(path), "--set", "parallel.tp=2", "--set", "parallel.placement=scattered",
+                 "--max-candidates", "3", "--out", str(tmp_path / "o")]) == 0
+    rows = [ln.split() for ln in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+\s+tp\d", ln)]
+    assert rows and all(r[1] == "tp2" for r in rows)
+    best = yaml.safe_load((tmp_path / "o" / "best.yaml").read_text())
+    assert best["parallel"]["tp"] == 2 and best["parallel"]["placement"] == "scattered"

@@ -110,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="cost: US$ per million tokens from the scenario's cost.price_per_device_hour")
     se.add_argument("--top", type=int, default=10, metavar="K", help="rows of the ranked table (default 10)")
     se.add_argument("--fix", action="append", metavar="KEY.PATH=VALUE", help="hold a plan axis (parallel.tp=8) or set any other key (repeatable)")
+    se.add_argument("--set", action="append", metavar="KEY.PATH=VALUE",
+                    help="override a scenario value for every plan, as in `run`; on a plan axis it holds the axis like --fix (repeatable)")
     se.add_argument("--max-candidates", type=int, default=20, metavar="N", help="plans simulated at event level after pruning (default 20)")
     se.add_argument("--nodes", metavar="N1,N2,...", help="also search over these cluster sizes (default: the scenario's)")
     se.add_argument("--schedules", metavar="S1,S2,...", help="pipeline schedules to try (default 1f1b,interleaved_1f1b)")

@@ -353,7 +353,7 @@ class SearchResult:
     wall_s: float
     objective: str
     price: float | None
-    base_raw: dict = field(default_factory=dict)
+    base_raw: dict = field(default_factory=dict)   # the scenario with the --fix/--set values that are not plan axes
     timing: dict = field(default_factory=dict)
 
 
@@ -439,7 +439,7 @@ def search(path: str | Path, objective: str = "step_time", fixes: Sequence[str] 
     ranked = sorted([c for c in chosen if c.result is not None], key=lambda c: (not c.result.fits_in_memory, c.objective, c.plan))
     ranked += [c for c in chosen if c.result is None]
     return SearchResult(ranked, len(plans), invalid, pruned, len(todo), len(chosen), time.perf_counter() - t0, objective, price,
-                        raw, {"validate_and_memory_s": t2 - t1, "estimate_s": t3 - t2, "simulate_s": t4 - t3})
+                        raw_x, {"validate_and_memory_s": t2 - t1, "estimate_s": t3 - t2, "simulate_s": t4 - t3})
 
 
 COMPONENTS = ("compute_s", "bubble_s")
@@ -606,7 +606,7 @@ def main(args: argparse.Namespace) -> int:
     scheds = tuple(s.strip() for s in args.schedules.split(",")) if args.schedules else DEFAULT_SCHEDULES
     if args.out:
         check_out_dir(args.out, "--out", ("best.yaml", "search.csv", "search.png"))    # before searching
-    res = search(path, args.objective, args.fix or (), args.max_candidates, nodes, scheds, args.max_mb, zero)
+    res = search(path, args.objective, (args.set or []) + (args.fix or []), args.max_candidates, nodes, scheds, args.max_mb, zero)
     print(f"simtrain {__version__} — search {path} (objective {res.objective})")
     print(f"  {res.enumerated} plans enumerated, {res.invalid} rejected by the scenario checks, {res.memory_pruned} pruned by the "
           f"memory lower bound, {res.estimated} estimated in closed form, {res.simulated} simulated; {res.wall_s:.1f} s "
