@@ -224,3 +224,11 @@ def test_reliability_section_is_declared_and_always_checked(tmp_path):
 def test_committed_key_reference_is_what_the_declarations_give():
     f = ROOT / "docs" / "reference" / "keys.md"
     assert f.read_text(encoding="utf-8") == schemas.markdown(), f"{f} is stale: run `simtrain schema --markdown > {f.relative_to(ROOT)}`"
+
+
+def test_schema_check_says_the_committed_schemas_are_current(capsys):
+    """`simtrain schema --check schemas/` on the committed files: exit 0 and one line saying so (a
+    silent success reads as if nothing was checked)."""
+    from simtrain.cli.main import main
+    assert main(["schema", "--check", str(ROOT / "schemas")]) == 0
+    assert "3 schemas up to date" in capsys.readouterr().out

@@ -36,6 +36,8 @@ def main(args: argparse.Namespace) -> int:
              or (Path(args.check) / f"{n}.schema.json").read_text(encoding="utf-8") != schemas.render(s)]
     for n in stale:
         print(f"{Path(args.check) / (n + '.schema.json')}: out of date; run `simtrain schema --write {args.check}`", file=sys.stderr)
+    if not stale:
+        print(f"{args.check}: {len(schemas.schemas())} schemas up to date")
     return 1 if stale else 0
 
 
