@@ -220,7 +220,7 @@ class Row:
     size: int
     measured: float
     analytical: float
-    flow: float | None
+    flow_backend: float | None     # busbw the flow backend predicts (None: not asked for)
     choice: str
 
     @property
@@ -229,7 +229,7 @@ class Row:
 
     @property
     def err_f(self) -> float | None:
-        return None if self.flow is None else self.flow / self.measured - 1
+        return None if self.flow_backend is None else self.flow_backend / self.measured - 1
 
 
 def predict(e: dict, tname: str, flow: bool = True, collectives: dict | None = None) -> list[Row]:
@@ -306,7 +306,7 @@ def busbw_report(out: TextIO | None = None) -> list:
         mark = lambda x: " " if abs(x) <= TOLERANCE else "*"
         for r in rows:
             print(f"  {r.size / 2**20:8.0f}Mi {r.measured:9.1f} {r.analytical:10.1f} {100 * r.err_a:+6.1f}%{mark(r.err_a)}"
-                  f"{r.flow:8.1f} {100 * r.err_f:+6.1f}%{mark(r.err_f)}  {r.choice}", file=out)
+                  f"{r.flow_backend:8.1f} {100 * r.err_f:+6.1f}%{mark(r.err_f)}  {r.choice}", file=out)
         sa, sf = summary([r.err_a for r in rows]), summary([r.err_f for r in rows])
         print(f"  analytical: {sa[0]} of {sa[1]} sizes within 15 %, mean |error| {100 * sa[2]:.1f} %;  "
               f"flow: {sf[0]} of {sf[1]}, {100 * sf[2]:.1f} %   (* outside 15 %)", file=out)
