@@ -37,7 +37,38 @@ class UnitError(ValueError):
     pass
 
 
+# the range of a physical value simtrain accepts (SI): beyond it is a typo, not a machine
+LIMITS = {
+    "bandwidth": (1e3, 1e21),          # 1 kB/s .. 1 ZB/s
+    "time": (0.0, 1e6),                # up to 11.6 days (latencies, overheads)
+    "duration": (0.0, 100 * 365 * 86400.0),   # up to 100 years (spans of a long run)
+    "bytes": (0.0, 1e21),              # up to 1 ZB
+    "flops": (1e3, 1e21),              # 1 kFLOP/s .. 1 ZFLOP/s
+}
+
+
+def _show(value: object) -> str:
+    """A value as an error prints it: short, however large (a list is named, not printed)."""
+    if isinstance(value, (str, float)) or (isinstance(value, int) and value.bit_length() < 256):
+        text = repr(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return f"a {type(value).__name__}"
+
+
+def _in_range(out: float, value: object, kind: str, what: str) -> float:
+    lo, hi = LIMITS[kind]
+    if not (math.isfinite(out) and lo <= out <= hi):
+        bound = f"> 0 (at least {lo:g} and at most {hi:g} {_SI[kind]})" if lo > 0 else f">= 0 (at most {hi:g} {_SI[kind]})"
+        raise UnitError(f"{_show(value)}: {what} must be finite and {bound}")
+    return out
+
+
+_SI = {"bandwidth": "B/s", "time": "s", "duration": "s", "bytes": "B", "flops": "FLOP/s"}
+
+
 def _split(text: str):
+    if len(text) > 100:
+        raise UnitError(f"{text[:40]!r}... is too long to be a number with a unit")
     m = re.fullmatch(r"\s*" + _NUM + r"\s*([A-Za-zµ/]+)\s*", text)
     if not m:
         raise UnitError(f"cannot read {text!r} as a number with a unit")
@@ -46,7 +77,7 @@ def _split(text: str):
 
 def _need_str(value, kind):
     if isinstance(value, bool) or not isinstance(value, str):
-        raise UnitError(f"{value!r} has no unit; write it as a string with a unit, e.g. {EXAMPLES[kind]}")
+        raise UnitError(f"{_show(value)} has no unit; write it as a string with a unit, e.g. {EXAMPLES[kind]}")
     return value
 
 
@@ -56,7 +87,7 @@ def parse_bytes(value: object) -> float:
     if not m:
         raise UnitError(f"unknown size unit {unit!r}; use B, KB, MB, GB, TB, KiB, MiB, GiB (b = bit)")
     scale = _PREFIX[m.group(1)] * (1.0 if m.group(2) == "B" else 0.125)
-    return num * scale
+    return _in_range(num * scale, value, "bytes", "a size")
 
 
 def parse_bandwidth(value: object) -> float:
@@ -65,20 +96,14 @@ def parse_bandwidth(value: object) -> float:
     if not m:
         raise UnitError(f"unknown bandwidth unit {unit!r}; use e.g. GB/s (bytes) or Gb/s (bits)")
     scale = _PREFIX[m.group(1)] * (1.0 if m.group(2) == "B" else 0.125)
-    out = num * scale
-    if not (0 < out < math.inf):
-        raise UnitError(f"{value!r}: a bandwidth must be finite and > 0")
-    return out
+    return _in_range(num * scale, value, "bandwidth", "a bandwidth")
 
 
 def parse_time(value: object) -> float:
     num, unit = _split(_need_str(value, "time"))
     if unit not in _TIME:
         raise UnitError(f"unknown time unit {unit!r}; use s, ms, us or ns")
-    out = num * _TIME[unit]
-    if not (0 <= out < math.inf):
-        raise UnitError(f"{value!r}: a time must be finite and >= 0")
-    return out
+    return _in_range(num * _TIME[unit], value, "time", "a time")
 
 
 def parse_flops(value: object) -> float:
@@ -86,7 +111,7 @@ def parse_flops(value: object) -> float:
     m = re.fullmatch(r"(k|K|M|G|T|P|)FLOP/s", unit)
     if not m:
         raise UnitError(f"unknown throughput unit {unit!r}; use e.g. TFLOP/s")
-    return num * _PREFIX[m.group(1)]
+    return _in_range(num * _PREFIX[m.group(1)], value, "flops", "a throughput")
 
 
 def parse_duration(value: object) -> float:
@@ -100,11 +125,11 @@ def parse_duration(value: object) -> float:
     if isinstance(value, str):
         m = re.fullmatch(r"\s*" + _NUM + r"\s*(d|day|days)\s*", value)
         if m:
-            out = float(m.group(1)) * 86400.0
-            if not 0 <= out < math.inf:
-                raise UnitError(f"{value!r}: a time must be finite and >= 0")
-            return out
-    return parse_time(value)
+            return _in_range(float(m.group(1)) * 86400.0, value, "duration", "a time")
+    num, unit = _split(_need_str(value, "duration"))
+    if unit not in _TIME:
+        raise UnitError(f"unknown time unit {unit!r}; use s, ms, us, ns, min, h or days")
+    return _in_range(num * _TIME[unit], value, "duration", "a time")
 
 
 PARSERS = {"bandwidth": parse_bandwidth, "time": parse_time, "bytes": parse_bytes, "flops": parse_flops,

@@ -20,6 +20,7 @@ import yaml
 from simtrain import resources
 from simtrain.errors import Collector
 from simtrain.spec.fields import REQUIRED, Key, Section, validate_tree
+from simtrain.spec.files import load_yaml
 from simtrain.units import parse_bandwidth, parse_bytes, parse_flops, parse_time
 
 DATA = resources.DATA
@@ -308,11 +309,7 @@ def load_profile(path: str) -> Device:
     """A device from a profile written by `simtrain calibrate` (schema simtrain-profile/1): the
     base preset, with every measured curve of the profile in place of the preset's."""
     errs = Collector(path)
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        errs.add("", f"not a YAML profile ({e})", "give a file written by simtrain calibrate")
-        errs.raise_if_any()
+    doc = load_yaml(path, errs, "give a file written by simtrain calibrate")
     if not isinstance(doc, dict) or doc.get("schema") != PROFILE_SCHEMA:
         errs.add("schema", "not a simtrain device profile (schema simtrain-profile/1)", "give a file written by simtrain calibrate")
         errs.raise_if_any()

@@ -28,6 +28,7 @@ from functools import lru_cache
 from typing import Any, Callable, Optional
 
 from simtrain.errors import Collector
+from simtrain.spec.files import short
 from simtrain.units import EXAMPLES, PARSERS, UnitError
 
 
@@ -74,6 +75,8 @@ class Key:
               reference and the JSON Schema (the loader checks them with its own message)
     name      the YAML key, when it differs from the dataclass field
     attr      where the dump reads the value: a field name, or an index into a tuple entry
+    minimum   the smallest value allowed (numbers; a unit kind in SI), checked and in the JSON Schema
+    maximum   the largest value allowed (likewise)
 
     A kind may also be a function returning the tuple of allowed values (a registry read late).
     """
@@ -93,6 +96,8 @@ class Key:
     choices: Optional[Callable] = None
     name: str = ""
     attr: Any = None
+    minimum: Any = None
+    maximum: Any = None
 
     @property
     def required(self) -> bool:
@@ -235,6 +240,7 @@ def validate_map(raw: Any, schema: Section | dict, path: str, errs: Collector) -
     if not isinstance(schema, Section):
         schema = Section(schema)
     notes = schema.notes
+    keys = schema.keys
     schema = table(schema)
     out: dict = {}
     if not isinstance(raw, dict):
@@ -252,16 +258,41 @@ def validate_map(raw: Any, schema: Section | dict, path: str, errs: Collector) -
                 errs.add(p, "missing required key", f"add `{key}:`" + (f" (a {kind}, e.g. {EXAMPLES[kind]})" if kind in EXAMPLES else ""))
                 continue
             if kind == "map":
-                out[key] = validate_map({}, default, p, errs)
+                out[key] = validate_map({}, keys[key].entries() or default, p, errs)
                 continue
             value = default
         else:
             value = raw[key]
         if kind == "map":
-            out[key] = validate_map(value, default, p, errs)
+            out[key] = validate_map(value, keys[key].entries() or default, p, errs)
         else:
-            out[key] = parse_value(value, kind, p, errs)
+            out[key] = check_range(parse_value(value, kind, p, errs), keys[key], p, errs)
     return out
+
+
+def check_range(value: Any, key: Key, path: str, errs: Collector) -> Any:
+    """The value, or None (with a problem in errs) when it lies outside the key's declared
+    minimum / maximum."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    lo, hi = key.minimum, key.maximum
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        errs.add(path, f"{short(value, 60)} is out of range", f"use a value {range_text(key)}")
+        return None
+    return value
+
+
+def _num(x: Any) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+
+
+def range_text(key: Key) -> str:
+    """`>= 1 and <= 10,000` for a key's declared range (units in SI)."""
+    unit = key.unit or (UNIT_KINDS.get(key.kind, "") if isinstance(key.kind, str) else "")
+    unit = f" {unit}" if unit and key.kind in UNIT_KINDS else ""
+    parts = ([f">= {_num(key.minimum)}{unit}"] if key.minimum is not None else []) + \
+        ([f"<= {_num(key.maximum)}{unit}"] if key.maximum is not None else [])
+    return " and ".join(parts)
 
 
 def _join(path: str, key: Any) -> str:
@@ -305,7 +336,11 @@ def validate_tree(raw: Any, section: Section, path: str, errs: Collector) -> Non
         elif sub is not None:
             validate_tree(value, sub, p, errs)
         else:
-            parse_value(value, key.as_tuple()[0], p, errs)
+            check_range(parse_value(value, key.as_tuple()[0], p, errs), key, p, errs)
+
+
+# whole numbers beyond this are no count of anything simulated (and lose precision as floats)
+MAX_INT = 2**53
 
 
 def parse_value(value: Any, kind: Any, path: str, errs: Collector) -> Any:
@@ -319,39 +354,46 @@ def parse_value(value: Any, kind: Any, path: str, errs: Collector) -> Any:
         except UnitError as e:
             errs.add(path, str(e), f"write e.g. {EXAMPLES[kind]}")
             return None
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            errs.add(path, f"expected a whole number, got {value!r}", "write e.g. `8`")
+    if kind in ("int", "posint"):
+        lo = 1 if kind == "posint" else -MAX_INT
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            what = "a whole number >= 1" if kind == "posint" else "a whole number"
+            errs.add(path, f"expected {what}, got {short(value, 60)}", "write e.g. `8`")
+            return None
+        if value > MAX_INT or value < -MAX_INT:
+            errs.add(path, f"{short(value, 60)} is out of range", "use a whole number of at most 2^53 = 9,007,199,254,740,992")
             return None
         return value
-    if kind == "posint":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            errs.add(path, f"expected a whole number >= 1, got {value!r}", "write e.g. `8`")
-            return None
-        return value
-    if kind == "float":
+    if kind in ("float", "positive"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            errs.add(path, f"expected a number, got {value!r}", "write e.g. `0.8`")
+            errs.add(path, f"expected a number{' > 0' if kind == 'positive' else ''}, got {short(value, 60)}",
+                     f"write e.g. `{'1.5' if kind == 'positive' else '0.8'}`")
             return None
-        return float(value)
-    if kind == "positive":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-            errs.add(path, f"expected a number > 0, got {value!r}", "write e.g. `1.5`")
+        if (isinstance(value, int) and abs(value) > MAX_INT) or not math.isfinite(value):
+            errs.add(path, f"expected a finite number, got {short(value, 60)}", "write a finite number, e.g. `1.5`")
+            return None
+        if kind == "positive" and value <= 0:
+            errs.add(path, f"expected a number > 0, got {short(value, 60)}", "write e.g. `1.5`")
             return None
         return float(value)
     if kind == "bool":
         if not isinstance(value, bool):
-            errs.add(path, f"expected true or false, got {value!r}", "write `true` or `false`")
+            errs.add(path, f"expected true or false, got {short(value, 60)}", "write `true` or `false`")
             return None
         return value
     if kind == "str":
         if not isinstance(value, str):
-            errs.add(path, f"expected text, got {value!r}", "write it as a string")
+            errs.add(path, f"expected text, got {short(value, 60)}", "write it as a string")
             return None
         return value
-    if isinstance(kind, tuple):  # choices
-        if value not in kind:
-            errs.add(path, f"{value!r} is not one of {', '.join(map(str, kind))}", f"use one of {', '.join(map(str, kind))}")
+    if isinstance(kind, tuple):  # choices; a bool is not the number 1 or 0
+        bad = isinstance(value, bool) and not any(isinstance(c, bool) for c in kind)
+        try:
+            bad = bad or value not in kind
+        except TypeError:       # unhashable
+            bad = True
+        if bad:
+            errs.add(path, f"{short(value, 60)} is not one of {', '.join(map(str, kind))}", f"use one of {', '.join(map(str, kind))}")
             return None
         return value
     if kind == "any":
@@ -426,9 +468,18 @@ def value_schema(key: Key) -> dict:
         s = {"type": "string"}
     else:
         s = {}
+    if s.get("type") in ("integer", "number"):
+        if key.minimum is not None:
+            if key.minimum > 0:
+                s.pop("exclusiveMinimum", None)
+            s["minimum"] = max(key.minimum, s.get("minimum", key.minimum))
+        if key.maximum is not None:
+            s["maximum"] = key.maximum
     if key.optional and s:
         s = {"anyOf": [s, {"type": "null"}]}
     desc = key.doc
+    if key.kind_value() in UNIT_KINDS and (key.minimum is not None or key.maximum is not None):
+        desc = f"{desc} ({range_text(key)})".strip()
     if key.unit or kind in UNIT_KINDS:
         desc = f"{desc} [{key.unit or UNIT_KINDS[kind]}]".strip()
     if key.derived:
@@ -480,6 +531,8 @@ def _type_text(key: Key) -> str:
     else:
         t = {"posint": "whole number >= 1", "int": "whole number", "float": "number", "positive": "number > 0", "bool": "true \\| false",
              "str": "text", "any": "any"}.get(k, str(k))
+    if key.minimum is not None or key.maximum is not None:
+        t += f" ({range_text(key)})"
     return t + (" or null" if key.optional else "")
 
 

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import copy
 import difflib
-import json
+import math
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
-
-import yaml
 
 from simtrain import resources
 from simtrain.errors import Collector, ConfigError
@@ -25,6 +23,7 @@ from simtrain.schedules import SCHEDULES
 from simtrain.schedules.csvio import read_csv
 from simtrain.spec import reliability
 from simtrain.spec.fields import parse_value, section_of, validate_map
+from simtrain.spec.files import TreeError, check_tree, load_json, load_yaml, parse_yaml, short
 from simtrain.spec.scenario import (
     COST,
     JITTER,
@@ -56,6 +55,8 @@ PARALLEL = section_of(ParallelSpec)
 CLUSTER = section_of(ClusterSpec)
 NETWORK = section_of(NetworkSpec)
 TOP = tuple(SCENARIO)
+# microbatches of one step the schedules are built for (each is simulated op by op)
+MAX_MICROBATCHES = 16_384
 REQUIRED_SECTIONS = tuple(k for k, key in SCENARIO.items() if key.required)
 
 def _resolve_heterogeneity(cluster: dict, errs: Collector) -> None:
@@ -122,14 +123,12 @@ def _resolve_heterogeneity(cluster: dict, errs: Collector) -> None:
 
 @lru_cache(maxsize=None)
 def model_presets() -> dict:
-    with open(DATA / "models.yaml") as f:
-        return yaml.safe_load(f)
+    return load_yaml(DATA / "models.yaml", Collector(str(DATA / "models.yaml")), "fix the shipped presets")
 
 
 @lru_cache(maxsize=None)
 def encoder_presets() -> dict:
-    with open(DATA / "encoders.yaml") as f:
-        return yaml.safe_load(f)
+    return load_yaml(DATA / "encoders.yaml", Collector(str(DATA / "encoders.yaml")), "fix the shipped presets")
 
 
 def apply_overrides(raw: dict, overrides: Iterable[str] | None, errs: Collector) -> dict:
@@ -141,15 +140,23 @@ def apply_overrides(raw: dict, overrides: Iterable[str] | None, errs: Collector)
             continue
         key, val = ov.split("=", 1)
         parts = key.strip().split(".")
+        try:
+            value = parse_yaml(val)
+        except TreeError as e:
+            if "not valid YAML" not in str(e) or "duplicate key" in str(e):
+                errs.add(f"--set {key.strip()[:100]}", str(e), "give a plain value, e.g. `--set parallel.tp=4`")
+                continue
+            value = val
         node = raw
         for p in parts[:-1]:
             if not isinstance(node.get(p), dict):
                 node[p] = {}
             node = node[p]
-        try:
-            node[parts[-1]] = yaml.safe_load(val)
-        except yaml.YAMLError:
-            node[parts[-1]] = val
+        node[parts[-1]] = value
+    try:
+        check_tree(raw)
+    except TreeError as e:
+        errs.add("--set", f"the scenario with the overrides {e}", "give fewer or smaller overrides")
     return raw
 
 
@@ -158,9 +165,20 @@ def _model_from_hf(path: Path, errs: Collector) -> tuple[dict, int | None]:
     n_positions): the longest sequence the model accepts, which is not the training length."""
     herr = Collector(str(path))
     try:
-        cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        errs.add("model.hf_config", f"cannot read {path} as JSON ({e})", "point it at a Hugging Face config.json")
+        cfg = load_json(path)
+    except TreeError as e:
+        errs.add("model.hf_config", f"cannot read {short(str(path), 100)} as JSON: it {e}", "point it at a Hugging Face config.json")
+        return {}, None
+    if not isinstance(cfg, dict):
+        errs.add("model.hf_config", f"{short(str(path), 100)} holds a {type(cfg).__name__}, not a mapping",
+                 "point it at a Hugging Face config.json (one JSON object)")
+        return {}, None
+    for a, b in _HF_ALIASES:
+        if a in cfg and b in cfg and cfg[a] != cfg[b]:
+            herr.add(b, f"{short(cfg[b], 40)} disagrees with {a} = {short(cfg[a], 40)} (two names of one field)",
+                     f"remove one of `{a}` and `{b}`, or make them equal")
+    if herr.problems:
+        errs.extend(herr)
         return {}, None
     mt = cfg.get("model_type", "")
     if mt in ("gpt2", "gpt_bigcode", "openai-gpt"):
@@ -194,6 +212,11 @@ def _model_from_hf(path: Path, errs: Collector) -> tuple[dict, int | None]:
     return out, (limit if isinstance(limit, int) and not isinstance(limit, bool) else None)
 
 
+# GPT-2 style names and their Llama style equivalents: a config giving both must agree
+_HF_ALIASES = (("n_embd", "hidden_size"), ("n_layer", "num_hidden_layers"), ("n_head", "num_attention_heads"),
+               ("n_positions", "max_position_embeddings"), ("n_inner", "intermediate_size"))
+
+
 def _moe_from_hf(cfg: dict) -> dict:
     """The MoE fields of a Hugging Face config: Mixtral (num_local_experts, num_experts_per_tok,
     intermediate_size), Qwen2-MoE (num_experts, moe_intermediate_size, shared_expert_intermediate_size,
@@ -209,13 +232,13 @@ def _moe_from_hf(cfg: dict) -> dict:
                 "num_shared_experts": shared,
                 "shared_expert_ffn_hidden_size": shared * (cfg.get("moe_intermediate_size") or 0),
                 "first_dense_layers": cfg.get("first_k_dense_replace", 0) or 0,
-                "layer_freq": cfg.get("moe_layer_freq", 1) or 1}
+                "layer_freq": cfg.get("moe_layer_freq", 1)}
     if "num_experts" in cfg and "moe_intermediate_size" in cfg:        # Qwen-MoE
         width = cfg.get("shared_expert_intermediate_size") or 0
         return {"num_experts": cfg["num_experts"], "top_k": cfg.get("num_experts_per_tok"),
                 "expert_ffn_hidden_size": cfg["moe_intermediate_size"],
                 "num_shared_experts": 1 if width else 0, "shared_expert_ffn_hidden_size": width,
-                "shared_expert_gate": bool(width), "layer_freq": cfg.get("decoder_sparse_step", 1) or 1}
+                "shared_expert_gate": bool(width), "layer_freq": cfg.get("decoder_sparse_step", 1)}
     return {}
 
 
@@ -229,13 +252,16 @@ def _resolve_model(raw, base_dir: Path, errs: Collector) -> dict | None:
     if "preset" in raw:
         preset = raw.pop("preset")
         presets = model_presets()
-        if preset not in presets:
-            errs.add("model.preset", f"unknown preset {preset!r}", f"use one of: {', '.join(presets)}")
+        if not isinstance(preset, str) or preset not in presets:
+            errs.add("model.preset", f"unknown preset {short(preset, 60)}", f"use one of: {', '.join(presets)}")
             return None
         merged.update({k: v for k, v in presets[preset].items() if k != "source"})
         name = preset
     if "hf_config" in raw:
         ref = raw.pop("hf_config")
+        if not isinstance(ref, str):
+            errs.add("model.hf_config", f"expected a path, got {short(ref, 60)}", "give the path of a config.json")
+            return None
         p = Path(str(ref))
         cand = [base_dir / p, Path.cwd() / p]
         found = next((c for c in cand if c.is_file()), None)
@@ -243,7 +269,10 @@ def _resolve_model(raw, base_dir: Path, errs: Collector) -> dict | None:
             errs.add("model.hf_config", f"file {ref!r} not found (looked beside the scenario and in the current directory)",
                      "give a path to a config.json")
             return None
+        n0 = len(errs.problems)
         fields, limit = _model_from_hf(found, errs)
+        if not fields and len(errs.problems) > n0:
+            return None
         merged.update(fields)
         name = name or found.parent.name or "hf-model"
         if "seq_length" not in raw and "seq_length" not in merged:
@@ -285,9 +314,12 @@ def _resolve_section(raw, keys, path, errs, cls):
 def _resolve_moe(raw, errs: Collector):
     if raw is None:
         return None
+    if not isinstance(raw, dict):
+        errs.add("model.moe", f"expected a mapping, got {type(raw).__name__}", "write e.g. `moe: {num_experts: 8, top_k: 2, expert_ffn_hidden_size: 14336}`")
+        return None
     before = len(errs.problems)
     v = validate_map(raw, MOE, "model.moe", errs)
-    routing = validate_map(v.pop("routing") or {}, ROUTING, "model.moe.routing", errs)
+    routing = validate_map(v.pop("routing", None) or {}, ROUTING, "model.moe.routing", errs)
     if len(errs.problems) > before:
         return None
     E, k = v["num_experts"], v["top_k"]
@@ -302,9 +334,9 @@ def _resolve_moe(raw, errs: Collector):
         errs.add("model.moe.capacity_factor", f"must be > 0, got {v['capacity_factor']}", "write e.g. `1.25`, or remove it for dropless routing")
     loads = routing.pop("loads")
     if routing["distribution"] == "explicit":
-        if not (isinstance(loads, list) and len(loads) == E and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in loads)
+        if not (isinstance(loads, list) and len(loads) == E and all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < math.inf for x in loads)
                 and sum(loads) > 0):
-            errs.add("model.moe.routing.loads", f"expected {E} non-negative numbers (one share per expert)",
+            errs.add("model.moe.routing.loads", f"expected {E} finite non-negative numbers (one share per expert)",
                      f"write e.g. `[{', '.join(['1'] * min(E, 4))}{', ...' if E > 4 else ''}]`")
         else:
             tot = float(sum(loads))
@@ -334,8 +366,8 @@ def _resolve_encoder(raw, errs: Collector):
     if "preset" in raw:
         pre = raw.pop("preset")
         presets = encoder_presets()
-        if pre not in presets:
-            errs.add("model.encoder.preset", f"unknown encoder preset {pre!r}", f"use one of: {', '.join(presets)}")
+        if not isinstance(pre, str) or pre not in presets:
+            errs.add("model.encoder.preset", f"unknown encoder preset {short(pre, 60)}", f"use one of: {', '.join(presets)}")
             return None
         raw = {**{k: v for k, v in presets[pre].items() if k != "source"}, **raw}
         name = pre
@@ -358,17 +390,7 @@ def _resolve_encoder(raw, errs: Collector):
 def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> tuple[Scenario, Topology]:
     path = Path(path)
     errs = Collector(str(path))
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as e:
-        errs.add("", f"cannot read the file ({e.strerror})", "check the path")
-        errs.raise_if_any()
-    except UnicodeDecodeError:
-        errs.add("", "is not a UTF-8 text file", "give the path of a YAML scenario")
-        errs.raise_if_any()
-    except yaml.YAMLError as e:
-        errs.add("", f"not valid YAML ({str(e).splitlines()[0]})", "fix the YAML syntax")
-        errs.raise_if_any()
+    raw = load_yaml(path, errs, "give the path of a YAML scenario (fix what is named)")
     if not isinstance(raw, dict):
         errs.add("", "a scenario must be a mapping", "start with `name:`, `model:`, `training:`, `parallel:`, `cluster:`")
         errs.raise_if_any()
@@ -646,7 +668,10 @@ def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> No
             errs.add("parallel.sequence_parallel", f"seq_length {model['seq_length']} is not divisible by tp={tp}", "use a tp dividing the sequence length or turn sequence_parallel off")
     if training and None not in (training.get("global_batch_size"), training.get("micro_batch_size"), p.get("dp")):
         gb, mb, dp = training["global_batch_size"], training["micro_batch_size"], p["dp"]
-        if gb % (mb * dp):
+        if gb // (mb * dp) > MAX_MICROBATCHES:
+            errs.add("training.global_batch_size", f"{gb:,} / (micro_batch_size x dp = {mb * dp:,}) = {gb // (mb * dp):,} microbatches per step; "
+                     f"at most {MAX_MICROBATCHES:,} are simulated", f"use a global_batch_size of at most {MAX_MICROBATCHES * mb * dp:,}, or a larger micro_batch_size")
+        elif gb % (mb * dp):
             errs.add("training.global_batch_size", f"{gb} is not divisible by micro_batch_size x dp = {mb} x {dp} = {mb * dp}",
                      f"use a multiple of {mb * dp}, e.g. {max(1, gb // (mb * dp)) * mb * dp}")
     if topo is not None and None not in (p.get("tp"), p.get("pp"), p.get("dp"), p.get("cp")):

@@ -43,7 +43,7 @@ _POSINTS = {"type": "array", "items": {"type": "integer", "minimum": 1}}
 class RoutingSpec:
     """How tokens are spread over the experts (fractions of the token-to-expert assignments)."""
     distribution: str = spec_field(("uniform", "zipf", "explicit"), "how tokens pick experts", default="uniform")
-    skew: float = spec_field("float", "zipf exponent s: expert i (0-based) gets a share ~ 1/(i+1)^s (0 is uniform)", default=1.0)
+    skew: float = spec_field("float", "zipf exponent s: expert i (0-based) gets a share ~ 1/(i+1)^s (0 is uniform)", default=1.0, minimum=0.0, maximum=100.0)
     loads: Optional[tuple] = spec_field("any", "explicit: one share per expert (normalised to sum 1; none above 1/top_k)",
                                         default=None, dump="none",
                                         json={"type": "array", "items": {"type": "number", "minimum": 0}})
@@ -54,23 +54,23 @@ class RoutingSpec:
 class MoESpec:
     """Mixture-of-experts MLP (Megatron-core MoE; HF Mixtral / Qwen-MoE / DeepSeek-V3 configs)."""
     _schema_required = False        # inline keys may refine a preset's section
-    num_experts: int = spec_field("posint", "routed experts per MoE layer")
-    top_k: int = spec_field("posint", "experts each token is routed to (<= num_experts)")
-    expert_ffn_hidden_size: int = spec_field("posint", "FFN width of one expert")
-    num_shared_experts: int = spec_field("int", "experts every token passes through (>= 0)", default=0)
+    num_experts: int = spec_field("posint", "routed experts per MoE layer", maximum=65_536)
+    top_k: int = spec_field("posint", "experts each token is routed to (<= num_experts)", maximum=1024)
+    expert_ffn_hidden_size: int = spec_field("posint", "FFN width of one expert", maximum=4_194_304)
+    num_shared_experts: int = spec_field("int", "experts every token passes through (>= 0)", default=0, minimum=0, maximum=1024)
     shared_expert_ffn_hidden_size: int = spec_field(
         "int", "total FFN width of the shared experts", default=0, yaml_default=None, optional=True,
-        derived="num_shared_experts x expert_ffn_hidden_size")
+        derived="num_shared_experts x expert_ffn_hidden_size", minimum=0, maximum=67_108_864)
     shared_expert_gate: bool = spec_field("bool", "Qwen-MoE: a sigmoid gate (h -> 1) on the shared expert", default=False)
-    layer_freq: int = spec_field("posint", "an MoE MLP every layer_freq-th layer (others dense)", default=1)
-    first_dense_layers: int = spec_field("int", "DeepSeek first_k_dense_replace: the first layers stay dense", default=0)
+    layer_freq: int = spec_field("posint", "an MoE MLP every layer_freq-th layer (others dense)", default=1, maximum=10_000)
+    first_dense_layers: int = spec_field("int", "DeepSeek first_k_dense_replace: the first layers stay dense", default=0, minimum=0, maximum=10_000)
     capacity_factor: Optional[float] = spec_field("float", "tokens over capacity are dropped (> 0); null: dropless",
-                                                  default=None, optional=True)
+                                                  default=None, optional=True, maximum=1000.0)
     dispatcher: str = spec_field(("alltoall", "allgather"), "token dispatcher", default="alltoall")
     dispatch_precision: str = spec_field(("bf16", "fp8"), "precision of dispatched tokens (DeepSeek-V3: fp8; combined in bf16)",
                                          default="bf16")
     max_nodes_per_token: Optional[int] = spec_field(
-        "posint", "node-limited routing (DeepSeek-V3: 4): a token crosses the network once per node", default=None, optional=True)
+        "posint", "node-limited routing (DeepSeek-V3: 4): a token crosses the network once per node", default=None, optional=True, maximum=65_536)
     routing: RoutingSpec = spec_field("any", "expert load distribution", default_factory=RoutingSpec, yaml_default=None,
                                       section=RoutingSpec)
 
@@ -82,12 +82,12 @@ class MoESpec:
 class MLASpec:
     """DeepSeek multi-head latent attention (DeepSeek-V2 report §2.1; V3 config.json)."""
     _schema_required = False        # inline keys may refine a preset's section
-    kv_lora_rank: int = spec_field("posint", "rank of the compressed KV latent")
-    qk_nope_head_dim: int = spec_field("posint", "query/key head dimension without rotary embedding")
-    qk_rope_head_dim: int = spec_field("posint", "query/key head dimension with rotary embedding")
-    v_head_dim: int = spec_field("posint", "value head dimension")
+    kv_lora_rank: int = spec_field("posint", "rank of the compressed KV latent", maximum=1_048_576)
+    qk_nope_head_dim: int = spec_field("posint", "query/key head dimension without rotary embedding", maximum=65_536)
+    qk_rope_head_dim: int = spec_field("posint", "query/key head dimension with rotary embedding", maximum=65_536)
+    v_head_dim: int = spec_field("posint", "value head dimension", maximum=65_536)
     q_lora_rank: Optional[int] = spec_field("posint", "rank of the compressed query; null: queries projected directly (V2-Lite)",
-                                            default=None, optional=True)
+                                            default=None, optional=True, maximum=1_048_576)
 
 
 @dataclass(frozen=True)
@@ -98,14 +98,14 @@ class EncoderSpec:
     _schema_required = False        # a preset supplies the required keys
 
     name: str = spec_field("str", "label in results", loader=False, required=False, derived="the preset's name, else `encoder`")
-    num_layers: int = spec_field("posint", "encoder transformer layers")
-    hidden_size: int = spec_field("posint", "encoder hidden size")
-    num_attention_heads: int = spec_field("posint", "encoder attention heads (divide hidden_size)")
-    ffn_hidden_size: int = spec_field("posint", "encoder FFN width")
-    tokens_per_sample: int = spec_field("posint", "encoder tokens of one sample (patches, + class token)")
+    num_layers: int = spec_field("posint", "encoder transformer layers", maximum=10_000)
+    hidden_size: int = spec_field("posint", "encoder hidden size", maximum=1_048_576)
+    num_attention_heads: int = spec_field("posint", "encoder attention heads (divide hidden_size)", maximum=65_536)
+    ffn_hidden_size: int = spec_field("posint", "encoder FFN width", maximum=4_194_304)
+    tokens_per_sample: int = spec_field("posint", "encoder tokens of one sample (patches, + class token)", maximum=16_777_216)
     projector: str = spec_field(("mlp", "linear"), "projector into the language model (mlp: two GEMMs, GeLU: LLaVA-1.5)",
                                 default="mlp")
-    pipeline_stages: int = spec_field("int", "0: on the first LM stage; k: its own k pipeline stages in front", default=0)
+    pipeline_stages: int = spec_field("int", "0: on the first LM stage; k: its own k pipeline stages in front", default=0, minimum=0, maximum=1024)
 
 
 @dataclass(frozen=True)
@@ -122,17 +122,17 @@ class ModelSpec:
     name: str = spec_field("str", "label in results", loader=False, required=False,
                            derived="the preset's name, the config's folder, else `custom`")
     architecture: str = spec_field(("gpt", "llama"), "gpt: learned positions, GeLU MLP; llama: RoPE, SwiGLU, RMSNorm")
-    num_layers: int = spec_field("posint", "transformer layers")
-    hidden_size: int = spec_field("posint", "hidden size (divisible by num_attention_heads)")
-    num_attention_heads: int = spec_field("posint", "attention heads")
+    num_layers: int = spec_field("posint", "transformer layers", maximum=10_000)
+    hidden_size: int = spec_field("posint", "hidden size (divisible by num_attention_heads)", maximum=1_048_576)
+    num_attention_heads: int = spec_field("posint", "attention heads", maximum=65_536)
     num_key_value_heads: int = spec_field("posint", "KV heads (GQA; divides num_attention_heads)", required=False,
-                                          derived="num_attention_heads")
+                                          derived="num_attention_heads", maximum=65_536)
     ffn_hidden_size: int = spec_field("posint", "MLP width (required for llama)", required=False,
-                                      derived="4 x hidden_size for gpt")
-    vocab_size: int = spec_field("posint", "vocabulary size")
-    seq_length: int = spec_field("posint", "sequence length in tokens")
+                                      derived="4 x hidden_size for gpt", maximum=4_194_304)
+    vocab_size: int = spec_field("posint", "vocabulary size", maximum=10_000_000)
+    seq_length: int = spec_field("posint", "sequence length in tokens", maximum=16_777_216)
     tie_embeddings: bool = spec_field("bool", "input and output embeddings share weights", default=False)
-    make_vocab_size_divisible_by: int = spec_field("posint", "vocabulary padded to a multiple of this (Megatron)", default=128)
+    make_vocab_size_divisible_by: int = spec_field("posint", "vocabulary padded to a multiple of this (Megatron)", default=128, maximum=65_536)
     moe: Optional[MoESpec] = spec_field("any", "mixture-of-experts MLP (refines a preset's section key by key)",
                                         default=None, dump="none", section=MoESpec)
     mla: Optional[MLASpec] = spec_field("any", "multi-head latent attention (DeepSeek)", default=None, dump="none", section=MLASpec)
@@ -147,8 +147,8 @@ class ModelSpec:
 @dataclass(frozen=True)
 class TrainingSpec:
     """One training step: batch sizes and numerics."""
-    micro_batch_size: int = spec_field("posint", "sequences per microbatch")
-    global_batch_size: int = spec_field("posint", "sequences per step (a multiple of micro_batch_size x dp)")
+    micro_batch_size: int = spec_field("posint", "sequences per microbatch", maximum=65_536)
+    global_batch_size: int = spec_field("posint", "sequences per step (a multiple of micro_batch_size x dp)", maximum=1_048_576)
     precision: str = spec_field(("fp16", "bf16", "fp8"), "GEMM precision (the device preset needs its peak)", default="bf16")
     recompute: str = spec_field(("none", "selective", "full"), "activation recomputation", default="none")
     flash_attention: bool = spec_field("bool", "fused attention (needed for cp > 1)", default=True)
@@ -157,15 +157,15 @@ class TrainingSpec:
 @dataclass(frozen=True)
 class ParallelSpec:
     """The parallel plan: tp x pp x dp x cp devices, and how the work is split over them."""
-    tp: int = spec_field("posint", "tensor parallel", default=1)
-    pp: int = spec_field("posint", "pipeline parallel", default=1)
-    dp: int = spec_field("posint", "data parallel", default=1)
-    cp: int = spec_field("posint", "context parallel", default=1)
+    tp: int = spec_field("posint", "tensor parallel", default=1, maximum=65_536)
+    pp: int = spec_field("posint", "pipeline parallel", default=1, maximum=65_536)
+    dp: int = spec_field("posint", "data parallel", default=1, maximum=1_048_576)
+    cp: int = spec_field("posint", "context parallel", default=1, maximum=65_536)
     cp_kind: str = spec_field(("ring", "allgather", "ulysses"),
                               "ring: KV passed around, overlapped; allgather: KV gathered; ulysses: all-to-all over heads",
                               default="ring")
-    ep: int = spec_field("posint", "expert parallel: experts split over ep ranks", default=1)
-    etp: int = spec_field("posint", "expert tensor parallel: each expert's FFN split over etp ranks", default=1)
+    ep: int = spec_field("posint", "expert parallel: experts split over ep ranks", default=1, maximum=65_536)
+    etp: int = spec_field("posint", "expert tensor parallel: each expert's FFN split over etp ranks", default=1, maximum=65_536)
     sequence_parallel: bool = spec_field("bool", "Megatron sequence parallelism (needed by MoE with tp > 1)", default=False)
     zero_stage: int = spec_field((0, 1, 2, 3), "ZeRO / FSDP sharding stage", default=0)
     schedule: str = spec_field("str", "pipeline schedule (simtrain list schedules)", default="1f1b", choices=_SCHEDULES,
@@ -177,16 +177,16 @@ class ParallelSpec:
     # PipelineEngine pipe_partitioned / grad_partitioned
     pp_scatter_gather: bool = spec_field("bool", "pipeline messages split over the tp group, all-gathered by the receiver",
                                          default=True)
-    bucket_size_params: int = spec_field("posint", "gradient bucket size", default=40_000_000, unit="parameters")
+    bucket_size_params: int = spec_field("posint", "gradient bucket size", default=40_000_000, unit="parameters", maximum=10**12)
     layers_per_stage: Optional[object] = spec_field(
         "any", "layer count of each model stage, or `balanced` (by device speed)", default=None, dump="none",
         json={"anyOf": [_POSINTS, {"const": "balanced"}], "description": "list of whole numbers >= 1, or `balanced`"})
     first_stage_layers: Optional[int] = spec_field("posint", "layers of the first stage (the rest split evenly)", default=None,
-                                                   optional=True, dump="none")
+                                                   optional=True, dump="none", maximum=10_000)
     last_stage_layers: Optional[int] = spec_field("posint", "layers of the last stage (the rest split evenly)", default=None,
-                                                  optional=True, dump="none")
+                                                  optional=True, dump="none", maximum=10_000)
     vpp: int = spec_field("posint", "model chunks per rank (schedules that take it: interleaved_1f1b)", default=1,
-                          yaml_default=None, optional=True, derived="the schedule's default, else 1")
+                          yaml_default=None, optional=True, derived="the schedule's default, else 1", maximum=1024)
     schedule_csv: Optional[str] = spec_field("str", "a torchtitan-format CSV schedule (in place of `schedule`)", default=None,
                                              optional=True, dump="none")
     placement: str = spec_field("str", "megatron | scattered | random | topology_aware | an order such as dp-tp-cp-pp",
@@ -202,18 +202,18 @@ STRAGGLER = Section({
                          "description": "list of device indices >= 0"}),
     "fraction": Key("float", None, "share of the devices, in (0, 1], drawn with the scenario seed", optional=True, dump="falsy",
                     attr="fraction"),
-    "compute": Key("float", 1.0, "compute time factor (> 0; 1.3: 30 % slower)", attr="compute"),
-    "memory": Key("float", 1.0, "memory-bound time factor (> 0)", attr="memory"),
-    "link": Key("float", 1.0, "link time factor (> 0)", attr="link"),
+    "compute": Key("float", 1.0, "compute time factor (> 0; 1.3: 30 % slower)", attr="compute", maximum=1000.0),
+    "memory": Key("float", 1.0, "memory-bound time factor (> 0)", attr="memory", maximum=1000.0),
+    "link": Key("float", 1.0, "link time factor (> 0)", attr="link", maximum=1000.0),
 }, doc="one group of slow devices: exactly one of devices and fraction")
 
 JITTER = Section({
     "distribution": Key(("normal", "lognormal"), "normal", "per-step noise on every compute time", attr="distribution"),
-    "sigma": Key("float", doc="relative standard deviation (>= 0; 0.02: 2 %)", attr="sigma"),
+    "sigma": Key("float", doc="relative standard deviation (>= 0; 0.02: 2 %)", attr="sigma", minimum=0.0, maximum=10.0),
 })
 
 MIXED = Section({
-    "nodes": Key("posint", doc="nodes of this block", attr=0),
+    "nodes": Key("posint", doc="nodes of this block", attr=0, maximum=65_536),
     "device": Key("str", doc="device preset of the block", attr=1, choices=_DEVICES),
 }, doc="a block of nodes with another device type, in node order")
 
@@ -223,7 +223,7 @@ class ClusterSpec:
     """The cluster: device, fabric and node count, and how devices differ."""
     device: str = spec_field("str", "device preset (simtrain list devices)", choices=_DEVICES)
     topology_file: str = spec_field("str", "topology YAML: a path or a shipped name (simtrain list topologies)", name="topology")
-    nodes: int = spec_field("posint", "scale-up domains (the topology's nodes)")
+    nodes: int = spec_field("posint", "scale-up domains (the topology's nodes)", maximum=65_536)
     device_profile: str = spec_field("str", "a measured profile (simtrain calibrate) refining the device preset", default="",
                                      yaml_default=None, optional=True)
     stragglers: tuple = spec_field("any", "slow devices", default=(), yaml_default=None, dump="falsy", section=STRAGGLER,
@@ -257,7 +257,7 @@ class NetworkSpec:
 
 # `cost:` (read by simtrain search --objective cost): what one device costs to rent
 COST = Section({
-    "price_per_device_hour": Key("float", None, "rent of one device for an hour (> 0)", unit="US$", optional=True),
+    "price_per_device_hour": Key("float", None, "rent of one device for an hour (> 0)", unit="US$", optional=True, maximum=1e6),
 }, doc="what one device costs to rent (simtrain search --objective cost)")
 
 

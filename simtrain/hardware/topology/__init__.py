@@ -47,8 +47,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from simtrain import resources
 from simtrain.errors import Collector
 from simtrain.hardware.topology import dragonfly, explicit, fattree, torus  # noqa: F401  (register the builders)
@@ -65,6 +63,7 @@ from simtrain.hardware.topology.base import (
     register,
 )
 from simtrain.hardware.topology.schema import parse_value, validate_map
+from simtrain.spec.files import load_yaml
 
 REPO_TOPOLOGIES = resources.TOPOLOGIES
 
@@ -92,15 +91,7 @@ def load_topology(file: Path, nodes: int) -> Topology:
     """Loads a topology file for `nodes` scale-up domains; every problem is reported at once as
     `<file>: <key.path>: <problem>; <fix>`."""
     errs = Collector(str(file))
-    try:
-        with open(file) as f:
-            raw = yaml.safe_load(f)
-    except yaml.YAMLError as e:
-        errs.add("", f"not valid YAML ({e})", "fix the YAML syntax")
-        errs.raise_if_any()
-    except UnicodeDecodeError:
-        errs.add("", "is not a UTF-8 text file", "give the path of a topology YAML")
-        errs.raise_if_any()
+    raw = load_yaml(file, errs, "give the path of a topology YAML (fix what is named)")
     if not isinstance(raw, dict):
         errs.add("", "a topology file must be a mapping", "start with `name:` and `kind:`")
         errs.raise_if_any()

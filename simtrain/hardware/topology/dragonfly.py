@@ -55,10 +55,10 @@ class DragonflySpec:
 
 
 SCHEMA = dict(COMMON, **{
-    "groups": Key("posint", doc="groups of routers, joined by global links"),
-    "routers_per_group": Key("posint", doc="routers of a group (a), linked all-to-all by local links"),
-    "global_links_per_router": Key("int", doc="global links of one router (h)"),
-    "devices_per_router": Key("posint", 1, "devices on one router (p; a simtrain node)"),
+    "groups": Key("posint", doc="groups of routers, joined by global links", maximum=65_536),
+    "routers_per_group": Key("posint", doc="routers of a group (a), linked all-to-all by local links", maximum=65_536),
+    "global_links_per_router": Key("int", doc="global links of one router (h)", minimum=0, maximum=65_536),
+    "devices_per_router": Key("posint", 1, "devices on one router (p; a simtrain node)", maximum=4096),
     "injection": link_schema("0 us", "device to router link"),
     "local_links": link_schema(doc="router to router link inside a group"),
     "global_links": link_schema(doc="router to router link between groups"),

@@ -64,7 +64,7 @@ LINK = Section({
 }, doc="a link between two elements")
 
 SCHEMA = dict(COMMON, **{
-    "devices_per_node": Key("posint", 1, "devices per scale-up domain; devices are listed domain by domain"),
+    "devices_per_node": Key("posint", 1, "devices per scale-up domain; devices are listed domain by domain", maximum=4096),
     "scale_up": Key("map", {}, "the scale-up tier (links touching a scale_up_switch)",
                     section=Section({"efficiency": _EFF, "efficiency_source": _EFF_SOURCE})),
     "scale_out": Key("map", {}, "the scale-out tier (every other link)",

@@ -48,6 +48,10 @@ import networkx as nx
 from simtrain.errors import Collector
 from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, Pick, Topology, link_schema, path_class, register
 from simtrain.spec.fields import Key
+from simtrain.spec.files import short
+
+# the most routers a torus may have (the most nodes a scenario may ask for)
+MAX_ROUTERS = 65_536
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ SCHEMA = dict(COMMON, **{
                 json={"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "maxItems": 3,
                       "description": "list of 1 to 3 whole numbers >= 1"}),
     "wrap": Key("bool", True, "true: a torus (wrap-around links); false: a mesh"),
-    "devices_per_router": Key("posint", 1, "devices on one router (a simtrain node); 1: a chip that is its own router"),
+    "devices_per_router": Key("posint", 1, "devices on one router (a simtrain node); 1: a chip that is its own router", maximum=4096),
     "injection": link_schema("0 us", "device to router link"),
     "links": link_schema(doc="router to router link, each dimension"),
     "efficiency": Key("float", 1.0, "measured share of the bandwidth a collective gets, in (0, 1]"),
@@ -90,9 +94,14 @@ class Torus(Fabric):
         dims = v["dims"]
         if (not isinstance(dims, list) or not 1 <= len(dims) <= 3
                 or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in dims)):
-            errs.add("dims", f"expected a list of 1 to 3 whole numbers >= 1, got {dims!r}", "write e.g. `[4, 4, 4]`")
+            errs.add("dims", f"expected a list of 1 to 3 whole numbers >= 1, got {short(dims, 60)}",
+                     "write e.g. `[4, 4, 4]`")
             return {}
         cap = math.prod(dims)
+        if cap > MAX_ROUTERS:
+            errs.add("dims", f"the {' x '.join(map(str, dims))} torus has {cap:,} routers; at most {MAX_ROUTERS:,} are simulated",
+                     f"use dims whose product is at most {MAX_ROUTERS:,} (and at least cluster.nodes)")
+            return {}
         if nodes > cap:
             errs.add("dims", f"the {' x '.join(map(str, dims))} torus has {cap} routers, but the scenario asks for "
                              f"{nodes} nodes (one node = one router's devices)",
