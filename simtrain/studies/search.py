@@ -46,6 +46,7 @@ from simtrain.results.io import check_out_dir, staged_dir, write_atomic
 from simtrain.results.memory import memory_fit, rank_static
 from simtrain.results.step import StepResult
 from simtrain.schedules import SCHEDULES, Schedule, schedule_for
+from simtrain.spec.files import TreeError, parse_yaml, read_text
 from simtrain.spec.loading import apply_overrides, build_scenario, load_scenario
 from simtrain.spec.scenario import Scenario
 from simtrain.studies.estimate import estimate
@@ -149,8 +150,8 @@ def parse_fixes(fixes: Sequence[str] | None, path: str) -> dict:
             errs.add(f, "expected key.path=value", "write e.g. `--fix parallel.tp=8`")
             continue
         try:
-            v = yaml.safe_load(val)
-        except yaml.YAMLError:
+            v = parse_yaml(val)
+        except TreeError:
             v = val
         if key in KEY_AXIS:
             name = KEY_AXIS[key]
@@ -374,7 +375,7 @@ def cost_per_mtok(price: float, r: StepResult) -> float:
 
 def _load_raw(path: Path) -> dict:
     load_scenario(path)                  # the base must load: its errors are the user's to fix first
-    return yaml.safe_load(path.read_text())
+    return parse_yaml(read_text(path))
 
 
 def search(path: str | Path, objective: str = "step_time", fixes: Sequence[str] = (), max_candidates: int = 20,

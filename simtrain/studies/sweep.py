@@ -52,6 +52,7 @@ import yaml
 from simtrain.errors import Collector, ConfigError, Problem, SimtrainError
 from simtrain.results.figures import plain, save_figure
 from simtrain.results.io import check_out_dir, write_atomic
+from simtrain.spec.files import parse_yaml, read_text
 from simtrain.spec.loading import load_scenario
 from simtrain.studies.compare import split_values
 from simtrain.studies.runner import Outcome, internal_error, run_factors
@@ -546,7 +547,7 @@ def main(args: argparse.Namespace) -> int:
     write_atomic(out / "sweep.csv", to_csv(rows).encode())
     wrote = "sweep.csv"
     if args.plot_x:
-        raw = yaml.safe_load(Path(args.scenario).read_text())
+        raw = parse_yaml(read_text(args.scenario))      # the scenario has loaded already: it reads
         price = ((raw.get("cost") or {}) if isinstance(raw, dict) else {}).get("price_per_device_hour")
         pts = scaling_figure(rows, args.plot_x, out / "scaling.png", f"{Path(args.scenario).name}: against {args.plot_x}", price)
         wrote += " scaling.png"

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from simtrain.errors import Collector
+from simtrain.spec.files import load_yaml
 from simtrain.spec.loading import apply_overrides
 from simtrain.spec.reliability import (
     ACTIONS,
@@ -40,7 +39,7 @@ def load_spec(path: str | Path, overrides: tuple | list = ()) -> ReliabilitySpec
     """The reliability section of a scenario file (with `--set reliability.x=...` overrides applied)."""
     path = Path(path)
     errs = Collector(str(path))
-    raw = yaml.safe_load(path.read_text())
+    raw = load_yaml(path, errs, "give a scenario file")
     raw = apply_overrides(raw, overrides, errs)
     spec = parse_section(raw.get("reliability"), errs, scenario_seed(raw))
     errs.raise_if_any()
