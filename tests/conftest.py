@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @functools.lru_cache(maxsize=None)
 def shipped_run(stem: str) -> tuple:
-    """A shipped scenario loaded and simulated once per test session: (scenario, topology, StepRun).
+    """A shipped scenario loaded and simulated once per test run: (scenario, topology, StepRun).
     Several test files check the same runs (they run, they are pinned); a run is deterministic, so
     they share it instead of simulating it again."""
     sc, topo = load_scenario(ROOT / "scenarios" / f"{stem}.yaml")
