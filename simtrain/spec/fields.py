@@ -143,6 +143,7 @@ class Section:
         self.required = required
         self.notes = notes
         self.open = open
+        self._fixed: Optional[dict] = None
 
     def __iter__(self):
         return iter(self.keys)
@@ -157,7 +158,14 @@ class Section:
         return k in self.keys
 
     def table(self) -> dict:
-        return table(self)
+        """The `{key: (kind, required, default)}` table of the keys the loader checks. Built once
+        per Section (the loader checks every plan of a search against the same sections); kinds
+        read from a registry, and nested maps, are resolved on each call, so a backend or schedule
+        registered later is accepted."""
+        if self._fixed is None:
+            self._fixed = {k: key if (callable(key.kind) or key.kind == "map") else key.as_tuple()
+                           for k, key in self.items() if key.loader}
+        return {k: v.as_tuple() if isinstance(v, Key) else v for k, v in self._fixed.items()}
 
 
 def as_key(spec: Key | tuple) -> Key:
@@ -175,7 +183,7 @@ def as_key(spec: Key | tuple) -> Key:
 
 def table(section: Section) -> dict:
     """The `{key: (kind, required, default)}` table of the keys the loader checks."""
-    return {k: key.as_tuple() for k, key in section.items() if key.loader}
+    return section.table()
 
 
 # --- declaring keys on dataclass fields ------------------------------------------------------------
@@ -241,7 +249,7 @@ def validate_map(raw: Any, schema: Section | dict, path: str, errs: Collector) -
         schema = Section(schema)
     notes = schema.notes
     keys = schema.keys
-    schema = table(schema)
+    schema = schema.table()
     out: dict = {}
     if not isinstance(raw, dict):
         errs.add(path or "<top>", f"expected a mapping, got {type(raw).__name__}", "write it as `key: value` lines")
