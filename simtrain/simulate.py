@@ -32,7 +32,7 @@ from simtrain.program.ir import EOp
 from simtrain.program.lowering import Lowering
 from simtrain.results.attribution import KINDS, attribute
 from simtrain.results.critical_path import critical_path
-from simtrain.results.memory import comm_buffers, memory_fit, rank_static, static_memory  # noqa: F401 (re-exported)
+from simtrain.results.memory import comm_buffers, largest_layer_params, memory_fit, rank_static, static_memory  # noqa: F401 (re-exported)
 from simtrain.results.step import (
     Breakdown,
     Collective,
@@ -263,10 +263,11 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
     seen_stage = {}
     need = []               # (bytes, capacity) per class: the memory-fits rule
     peak_mem = 0.0
+    buffers = comm_buffers(sc, largest_layer_params(work))      # the same for every rank
     for c in classes:
-        st = rank_static(sc, work, sched.stage_of[c.stage])
+        st = rank_static(sc, work, sched.stage_of[c.stage], buffers)
         act = tl.mem_peak[c.id]
-        total = st.weights + st.gradients + st.optimizer + act + st.buffers
+        total = st.total + act
         capacity = get_device(dev_of[c.id]).memory_bytes if mixed else dev.memory_bytes
         entry = MemoryEntry(stage=c.stage, weights=st.weights, gradients=st.gradients, optimizer=st.optimizer,
                             activations=act, communication_buffers=st.buffers, total=total,

@@ -9,10 +9,6 @@ if TYPE_CHECKING:
     import argparse
 
 
-def _main(args: argparse.Namespace) -> int:
-    return main(args)
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     """Adds `validate` to the subparsers `sub` of the simtrain command line."""
     v = sub.add_parser("validate", help="the simulator against the measurements kept in the project (vTrain iteration times, nccl-tests busbw)")
@@ -25,9 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="device profile (a shipped name or a file; none: the bare preset)")
     vt.add_argument("--limit", type=int, metavar="N", help="only the first N runs of each set")
     vt.add_argument("--csv", metavar="FILE", help="also write every run to a CSV file")
-    vt.set_defaults(fn=_main)
+    vt.set_defaults(fn=main)
     bb = what.add_parser("busbw", help="predicted against measured nccl-tests bus bandwidth, per size and sweep")
     bb.add_argument("--fit", nargs=2, metavar=("KEY[,KEY]", "SWEEP"),
                     help="the values of one or two topology `collectives` keys (network_step_latency, nvls_chunk_cost) "
                          "that fit one sweep best, and the errors they give on the others")
-    bb.set_defaults(fn=_main)
+    bb.set_defaults(fn=main)

@@ -15,8 +15,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from simtrain import resources
 from simtrain.errors import Collector
 from simtrain.spec.fields import REQUIRED, Key, Section, validate_tree
@@ -176,9 +174,12 @@ class Device:
         return self.peak_flop_per_s[dtype]
 
 
+@lru_cache(maxsize=None)
 def _raw() -> dict:
-    with open(DATA / "devices.yaml") as f:
-        return yaml.safe_load(f)
+    """The shipped presets, read once, through the same guarded reader as every input file
+    (read-only: callers index it, never change it)."""
+    path = DATA / "devices.yaml"
+    return load_yaml(path, Collector(str(path)), "restore the shipped simtrain/data/devices.yaml")
 
 
 @lru_cache(maxsize=None)

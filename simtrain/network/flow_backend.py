@@ -75,7 +75,7 @@ class FlowBackend:
 
     def sends(self, c: RankClass, peer: int, nbytes: float, link_class: str) -> Timing:
         """The link class's latency plus the time of the class's flows sharing the fabric."""
-        key = ("p2p", c.id, peer, nbytes)
+        key = ("p2p", tuple(c.ranks), peer, nbytes)   # ranks, not the class id: a reused backend sees other classes
         hit = self.stats.get(key)
         if hit is None:
             ts = [Transfer(self.place[r], self.place[self.pp_groups[r][peer]], nbytes) for r in c.ranks]

@@ -74,7 +74,6 @@ class Lowering:
         # folding and merging assume an op's time does not depend on what else runs
         self.fuse = (fuse and not network.contended
                      and not any(a.overlap_next for row in sched.actions for a in row))
-        self.merge = self.fuse       # compute chains merged while lowering
         self.ops: list = []
         self.send_of: dict = {}      # (class id, F|B, mb, chunk) -> send op id
         self.pending_recv: list = [] # (op, producer class, F|B, mb, chunk) resolved after all classes
@@ -203,7 +202,7 @@ class ClassLowering:
         same costs is then one op without walking its items again."""
         low, c = self.low, self.c
         prefix = f"{category}{a.microbatch}" + (f".{a.chunk}" if self.sched.chunks > 1 else "") + ":"
-        key = (id(items), category, transient, self.cost_key) if low.merge else None
+        key = (id(items), category, transient, self.cost_key) if low.fuse else None
         hit = low._items_cache.get(key) if key is not None else None
         if hit is not None:
             dur, parts, seqs, raw = hit
@@ -251,7 +250,7 @@ class ClassLowering:
                 d, label = low.seg_time(it, low.costs_of(c))
                 if d == 0.0 and not deps and last is not None:
                     continue
-                if (low.merge and not deps and last is not None and last.id == own and own == len(low.ops) - 1
+                if (low.fuse and not deps and last is not None and last.id == own and own == len(low.ops) - 1
                         and last.stream == "compute"):
                     # the next segment of this chain, nothing in between: it would start the
                     # instant `last` ends, so `last` takes it on (merge_chains does the same

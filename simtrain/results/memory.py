@@ -76,10 +76,14 @@ class StaticMemory:
         return self.weights + self.gradients + self.optimizer + self.buffers
 
 
-def rank_static(sc: Scenario, work: Sequence, held: Sequence[int]) -> StaticMemory:
-    """Static memory of the pipeline rank holding model stages `held` of `work` (build_workload)."""
+def rank_static(sc: Scenario, work: Sequence, held: Sequence[int], buffers: float | None = None) -> StaticMemory:
+    """Static memory of the pipeline rank holding model stages `held` of `work` (build_workload).
+    `buffers` is the step's communication buffers (comm_buffers over the largest layer), the same
+    for every rank: a caller looping over ranks computes it once and passes it in."""
     st = static_memory(sc, sum(work[k].params for k in held), sum(work[k].expert_params for k in held))
-    return StaticMemory(st["weights"], st["gradients"], st["optimizer"], comm_buffers(sc, largest_layer_params(work)))
+    if buffers is None:
+        buffers = comm_buffers(sc, largest_layer_params(work))
+    return StaticMemory(st["weights"], st["gradients"], st["optimizer"], buffers)
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ from simtrain.hardware.topology.base import (
     path_class,
     register,
 )
-from simtrain.hardware.topology.schema import parse_value, validate_map
+from simtrain.spec.fields import parse_value, validate_map
 from simtrain.spec.files import load_yaml
 
 REPO_TOPOLOGIES = resources.TOPOLOGIES

@@ -31,8 +31,7 @@ import networkx as nx
 
 from simtrain.errors import Collector
 from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, Pick, Topology, path_class, register
-from simtrain.hardware.topology.schema import validate_map
-from simtrain.spec.fields import Key, Section
+from simtrain.spec.fields import Key, Section, validate_map
 
 KINDS = ("scale_up_switch", "nic", "switch", "leaf", "spine", "core", "router")
 ATTACH = ("switch", "leaf", "router")

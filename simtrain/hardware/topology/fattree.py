@@ -68,8 +68,7 @@ import numpy as np
 
 from simtrain.errors import Collector
 from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, Pick, Topology, path_class, register
-from simtrain.hardware.topology.schema import validate_map
-from simtrain.spec.fields import REQUIRED, Key, Section
+from simtrain.spec.fields import REQUIRED, Key, Section, validate_map
 
 
 @dataclass(frozen=True)
