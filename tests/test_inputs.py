@@ -113,7 +113,7 @@ def test_hf_config_needs_the_training_sequence_length(tmp_path, fast_topology, c
     assert main(["check", str(p)]) == 2
     err = capsys.readouterr().err
     assert "model.seq_length: not given" in err and "131,072" in err and "seq_length: 8192" in err
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "missing required key" not in err      # one line says it, once
     assert main(["check", str(p), "--set", "model.seq_length=64"]) == 0
     assert "sequences of 64 tokens" in capsys.readouterr().out
 
@@ -156,3 +156,13 @@ def test_a_plugged_in_network_backend_is_nameable_in_yaml(tmp_path, fast_topolog
     with pytest.raises(ConfigError) as e:
         load_scenario(p)
     assert "network.backend: 'nope' is not one of analytical, flow, my_backend" in str(e.value)
+
+
+def test_a_duplicate_key_names_its_own_fix_only(tmp_path, fast_topology, capsys):
+    """A duplicate YAML key is reported with its own fix (remove one), not with the loader's
+    general advice about the scenario path appended."""
+    p = small_scenario(tmp_path, fast_topology)
+    p.write_text(p.read_text().replace("parallel:\n", "parallel:\n  tp: 1\n  tp: 1\n", 1))
+    assert main(["check", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "duplicate key 'tp'" in err and err.endswith("remove one") and "give the path" not in err

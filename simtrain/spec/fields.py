@@ -263,7 +263,9 @@ def validate_map(raw: Any, schema: Section | dict, path: str, errs: Collector) -
         p = _join(path, key)
         if key not in raw:
             if required:
-                errs.add(p, "missing required key", f"add `{key}:`" + (f" (a {kind}, e.g. {EXAMPLES[kind]})" if kind in EXAMPLES else ""))
+                # a check before this one may have said why the key is missing, and how to give it
+                if not any(q.path == p for q in errs.problems):
+                    errs.add(p, "missing required key", f"add `{key}:`" + (f" (a {kind}, e.g. {EXAMPLES[kind]})" if kind in EXAMPLES else ""))
                 continue
             if kind == "map":
                 out[key] = validate_map({}, keys[key].entries() or default, p, errs)

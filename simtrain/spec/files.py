@@ -189,7 +189,10 @@ def load_yaml(path: str | Path, errs: Collector, fix: str) -> Any:
     try:
         return parse_yaml(read_text(path))
     except TreeError as e:
-        errs.add("", str(e), fix)
+        # a problem that names its own fix ("duplicate key ...; remove one") keeps it; the
+        # caller's general fix is for the others
+        problem, _, own = str(e).partition("; ")
+        errs.add("", problem, own or fix)
         errs.raise_if_any()
 
 

@@ -46,7 +46,7 @@ from simtrain.results.io import check_out_dir, staged_dir, write_atomic
 from simtrain.results.memory import memory_fit, rank_static
 from simtrain.results.step import StepResult
 from simtrain.schedules import SCHEDULES, Schedule, schedule_for
-from simtrain.spec.files import TreeError, parse_yaml, read_text
+from simtrain.spec.files import TreeError, load_yaml, parse_yaml
 from simtrain.spec.loading import apply_overrides, build_scenario, load_scenario
 from simtrain.spec.scenario import Scenario
 from simtrain.studies.estimate import estimate
@@ -373,11 +373,6 @@ def cost_per_mtok(price: float, r: StepResult) -> float:
     return price * r.num_devices * r.step_time_s / 3600.0 / (r.tokens_per_s * r.step_time_s) * 1e6
 
 
-def _load_raw(path: Path) -> dict:
-    load_scenario(path)                  # the base must load: its errors are the user's to fix first
-    return parse_yaml(read_text(path))
-
-
 def search(path: str | Path, objective: str = "step_time", fixes: Sequence[str] = (), max_candidates: int = 20,
            nodes_list: Sequence[int] | None = None, schedules: Sequence[str] = DEFAULT_SCHEDULES, max_mb: int = 8,
            zero_stages: Sequence[int] = (0, 1), exhaustive: bool = False) -> SearchResult:
@@ -386,10 +381,15 @@ def search(path: str | Path, objective: str = "step_time", fixes: Sequence[str] 
     path = Path(path)
     if objective not in OBJECTIVES:
         raise ConfigError([Problem("--objective", "", f"unknown objective {objective!r}", f"use one of: {', '.join(OBJECTIVES)}")])
-    raw = _load_raw(path)
+    errs = Collector(str(path))
+    raw = load_yaml(path, errs, "give the path of a YAML scenario (fix what is named)")
+    if not isinstance(raw, dict):
+        load_scenario(path)             # says why a file that is not a mapping is no scenario
     fx = parse_fixes(fixes, str(path))
     extra = fx["_extra"]
-    base, topo0 = load_scenario(path, extra)
+    cache = PlanCache()
+    raw_x = apply_overrides(raw, extra, errs)           # read once: every plan starts from it
+    base, topo0 = build_scenario(raw_x, path, errs, topology_loader=cache.topology)
     price = None
     if objective == "cost":
         price = (raw.get("cost") or {}).get("price_per_device_hour")
@@ -398,9 +398,7 @@ def search(path: str | Path, objective: str = "step_time", fixes: Sequence[str] 
                                        "add `cost: {price_per_device_hour: 2.0}` (US$) to the scenario")])
     plans = enumerate_plans(base.model, base.training.global_batch_size, topo0.devices_per_node,
                             nodes_list or [base.cluster.nodes], fx, schedules, max_mb, zero_stages)
-    cache = PlanCache()
     cands, invalid, pruned = [], 0, 0
-    raw_x = apply_overrides(raw, extra, Collector(str(path)))
     t1 = time.perf_counter()
     for plan in plans:
         errs = Collector(str(path))
