@@ -94,8 +94,9 @@ class FlowBackend:
         return out
 
     def links(self, ops: list[EOp], timeline: Timeline) -> tuple:
-        section, busiest = self.report(ops)
-        return section, self.timeline(ops, timeline, busiest)
+        runs = self._runs(ops)          # one pass over the ops serves both
+        section, busiest = self.report(ops, runs=runs)
+        return section, self.timeline(ops, timeline, busiest, runs=runs)
 
     def _runs(self, ops: list[EOp]) -> tuple:
         """Per key: how often it runs (in the class that runs it most) and that class."""
@@ -110,11 +111,11 @@ class FlowBackend:
                 runs[key], where[key] = n, cid
         return runs, where
 
-    def report(self, ops: list[EOp], top: int = 10) -> tuple:
+    def report(self, ops: list[EOp], top: int = 10, runs: tuple | None = None) -> tuple:
         """(links section of the result, the busiest links for the trace). A link's load is each
         collective's per-link load times the number of times it runs in the class that runs it
         most."""
-        runs, _ = self._runs(ops)
+        runs, _ = runs or self._runs(ops)
         moved, sat = {}, {}
         for key, n in runs.items():
             _, m, s, _ = self.stats[key]
@@ -132,11 +133,11 @@ class FlowBackend:
                    "scope": "tp and dp collectives and pipeline sends (flow backend)"}
         return section, by_sat[:8] or by_bytes[:8]
 
-    def timeline(self, ops: list[EOp], tl: Timeline, links: list) -> dict:
+    def timeline(self, ops: list[EOp], tl: Timeline, links: list, runs: tuple | None = None) -> dict:
         """link -> [(time, utilisation)] change points over the step: while a collective or send
         runs, a link carries its per-link bytes spread over the op's simulated duration (stretched
         by contention on scale-out links, so overlapping ops share rather than add up there)."""
-        _, where = self._runs(ops)
+        _, where = runs or self._runs(ops)
         deltas: dict = {e: [] for e in links}
         for op in ops:
             key = op.net_key

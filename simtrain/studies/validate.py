@@ -34,6 +34,7 @@ import yaml
 
 from simtrain import resources
 from simtrain.calibration.fit import fit_alpha_beta
+from simtrain.calibration.nccl_tests import bus_factor
 from simtrain.errors import Collector, SimtrainError
 from simtrain.hardware.topology import Topology, load_topology
 from simtrain.network.collectives import choose, measured_cost
@@ -170,7 +171,7 @@ TOPOLOGY_OF = {"A100": "dgx-a100", "H100": "dgx-h100", "H200": "hgx-h200"}
 # sweeps whose system is not the GPU's default fabric: the GCP A3 Mega (8 x 200 Gb/s
 # GPUDirect-TCPXO NICs per VM, the sweep's `hardware.inter_node`)
 TOPOLOGY_OF_SWEEP = {"nccl_gcp_h100_2node_allreduce": "gcp-a3-mega"}
-FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n}
+COMPARED = ("all_reduce", "all_gather")      # the sweeps the busbw table compares
 MIN_SIZE = 2 ** 20
 TOLERANCE = 0.15
 # the keys --fit may fit, with their grid in microseconds (start, stop, step)
@@ -185,7 +186,7 @@ SAME_FABRIC = {"nccl_vp_h100_1node_allreduce": "nccl_azure_ndh200v5_allreduce",
 def sweeps() -> Iterator[tuple[dict, str]]:
     """(sweep entry, topology name) of every usable sweep: all-reduce / all-gather, with a topology."""
     for e in yaml.safe_load(NCCL_TESTS.read_text()):
-        if e.get("kind") != "sweep" or e.get("collective") not in FACTOR:
+        if e.get("kind") != "sweep" or e.get("collective") not in COMPARED:
             continue
         gpu = (e.get("hardware") or {}).get("gpu", "")
         topo = TOPOLOGY_OF_SWEEP.get(e["id"]) or next((t for k, t in TOPOLOGY_OF.items() if k in gpu), None)
@@ -212,7 +213,7 @@ def layout(e: dict, tname: str, collectives: dict | None = None) -> tuple[Topolo
 
 
 def busbw(e: dict, size: float, seconds: float) -> float:
-    return size / seconds * FACTOR[e["collective"]](e["n_gpus"]) / 1e9
+    return size / seconds * bus_factor(e["collective"], e["n_gpus"]) / 1e9
 
 
 @dataclasses.dataclass
@@ -322,7 +323,7 @@ def busbw_report(out: TextIO | None = None) -> list:
 def table_of(e: dict) -> dict:
     """A profile's collective table built from one sweep, as simtrain calibrate builds it."""
     n = e["n_gpus"]
-    f = FACTOR[e["collective"]](n)
+    f = bus_factor(e["collective"], n)
     pts = [(r["bytes"], r["busbw_GBps"]) for r in e["data"] if r.get("busbw_GBps")]
     alpha, peak = fit_alpha_beta([(b * f, b * f / (bw * 1e9)) for b, bw in pts])
     return {"collective": e["collective"], "ranks": n, "nodes": e["n_nodes"], "alpha_us": alpha * 1e6,
