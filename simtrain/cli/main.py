@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from simtrain import __version__
+from simtrain import __version__, progress
 from simtrain.calibration import bench, fit
 from simtrain.cli import schema as schema_cli
 from simtrain.cli import validate
@@ -130,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.command_line = " ".join(["simtrain"] + list(sys.argv[1:] if argv is None else argv))
+    # one JSON object on stdout and nothing else drawn: no progress bars under --json
+    progress.set_enabled(not getattr(args, "json", False))
     try:
         return args.fn(args)
     except SimtrainError as e:
