@@ -4,9 +4,9 @@ import fcntl
 import os
 import pty
 import struct
-import termios
 import subprocess
 import sys
+import termios
 
 from simtrain import progress
 
