@@ -31,7 +31,6 @@ from simtrain.plan.grid import group_shape
 from simtrain.workload.generation import Batch, GenerationDims
 from simtrain.workload.ir import Comm, Op
 
-
 ATTENTION = ("decode_attn", "prefill_attn")
 
 
