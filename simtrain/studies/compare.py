@@ -3,7 +3,8 @@
     simtrain compare S.yaml --set parallel.schedule=1f1b,zb_h1,zb_v --set parallel.vpp=1
 
 A `--set` with comma-separated values is a sweep axis (commas inside [..] belong to a list
-value); several axes give their cartesian product; single values apply to every variant. Each
+value), keys joined by `+` move together (`a+b=1+2,3+4`, as in `sweep`); several axes give their
+cartesian product; single values apply to every variant. Each
 variant is loaded and simulated on its own, so one invalid combination is reported in its row
 and does not stop the others. Output: a text table; with `--out DIR` also `compare.csv` and
 `compare.png` (the variants' pipeline timelines one above the other, then step time and peak
@@ -13,13 +14,14 @@ from __future__ import annotations
 
 import csv
 import io
-import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from simtrain import progress
 from simtrain.results.figures import COLORS, plain, save_figure
 from simtrain.results.step import StepResult
+from simtrain.spec.overrides import parse_axes, product, split_values  # noqa: F401  (split_values: kept importable here)
 from simtrain.studies.runner import run_factors
 from simtrain.units import fmt_time
 
@@ -33,40 +35,15 @@ if TYPE_CHECKING:
 GiB = 2.0**30
 
 
-def split_values(text: str) -> list:
-    """'a,b,[1,2],c' -> ['a', 'b', '[1,2]', 'c'] (commas inside brackets stay)."""
-    out, cur, depth = [], "", 0
-    for ch in text:
-        if ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    out.append(cur)
-    return [v.strip() for v in out]
-
-
-def variants(sets: Sequence[str] | None) -> list:
-    """--set arguments -> list of (label, overrides) in sweep order (first axis varies slowest)."""
-    fixed, axes = [], []
-    for s in sets or ():
-        key, eq, val = s.partition("=")
-        vals = split_values(val) if eq else [val]
-        if len(vals) > 1:
-            axes.append((key.strip(), vals))
-        else:
-            fixed.append(s)
+def variants(sets: Sequence[str] | None, base_label: str = "as written") -> list:
+    """--set arguments -> list of (label, overrides) in sweep order (first axis varies slowest); the
+    axis syntax (`k=v1,v2`, `a+b=1+2,3+4` zipped) is simtrain.spec.overrides', as in `sweep`. A
+    label names the varied keys' values (`parallel.tp=4`); a single variant is labelled by its
+    fixed overrides, or `base_label` when there are none (the scenario as written)."""
+    fixed, axes = parse_axes(sets, "--set")
     if not axes:
-        return [("base", list(fixed))]
-    out = []
-    for combo in itertools.product(*[v for _, v in axes]):
-        label = " ".join(f"{k.split('.')[-1]}={v}" for (k, _), v in zip(axes, combo))
-        out.append((label, fixed + [f"{k}={v}" for (k, _), v in zip(axes, combo)]))
-    return out
+        return [(" ".join(fixed) or base_label, list(fixed))]
+    return product(fixed, axes)
 
 
 @dataclass
@@ -82,9 +59,10 @@ class Row:
 
 def run_variants(scenario: str | Path, sets: Sequence[str] | None) -> list[Row]:
     """One Row per variant of `sets` (see `variants`), each loaded and simulated on its own."""
-    labelled = variants(sets)
+    labelled = variants(sets, f"{Path(scenario).name} as written")
     rows = []
-    for (label, over), o in zip(labelled, run_factors(scenario, [over for _, over in labelled])):
+    outcomes = run_factors(scenario, [over for _, over in labelled])
+    for (label, over), o in zip(labelled, progress.track(outcomes, len(labelled), "compare", "variant")):
         row = Row(label, over)
         if not o.ok:
             row.error = o.error.splitlines()[0]

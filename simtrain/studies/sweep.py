@@ -32,7 +32,6 @@ import argparse
 import csv
 import hashlib
 import io
-import itertools
 import json
 import os
 import signal
@@ -49,12 +48,12 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from simtrain.errors import Collector, ConfigError, Problem, SimtrainError
+from simtrain.errors import ConfigError, Problem, SimtrainError
 from simtrain.results.figures import plain, save_figure
 from simtrain.results.io import check_out_dir, write_atomic
 from simtrain.spec.files import parse_yaml, read_text
 from simtrain.spec.loading import load_scenario
-from simtrain.studies.compare import split_values
+from simtrain.spec.overrides import parse_axes, product, split_values
 from simtrain.studies.runner import Outcome, internal_error, run_factors
 from simtrain.units import fmt_bytes, fmt_time
 
@@ -78,32 +77,23 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS points (
 
 def parse_grid(grid: Sequence[str] | None, fixed: Sequence[str] = ()) -> list:
     """`--grid` arguments (`key=v1,v2`, commas inside brackets kept) -> list of override lists, first
-    axis varying slowest. `fixed` (`--set`) overrides come first in every point. Keys joined by `+`
-    move together (one axis, values joined by `+` too), for values that must change in step:
+    axis varying slowest. `fixed` (`--set`) overrides come first in every point; a `--set` with
+    several values is an axis too, after the grid's (the syntax and its meaning are
+    simtrain.spec.overrides', shared with `compare`). Keys joined by `+` move together (one axis,
+    values joined by `+` too), for values that must change in step:
 
         ["a.x=1,2", "b=p,q"]         -> [[a.x=1, b=p], [a.x=1, b=q], [a.x=2, b=p], [a.x=2, b=q]]
         ["n+d=32+8,64+16"]           -> [[n=32, d=8], [n=64, d=16]]"""
-    axes = []
-    errs = Collector("--grid")
-    for g in grid or ():
-        key, eq, val = g.partition("=")
-        if not eq or not key.strip() or not val.strip():
-            errs.add(g, "expected key.path=v1,v2,...", "write e.g. `--grid parallel.tp=4,8`")
-            continue
-        keys = [k.strip() for k in key.split("+")]
-        vals = split_values(val)
-        if len(keys) > 1:
-            split = [v.split("+") for v in vals]
-            bad = [v for v, parts in zip(vals, split) if len(parts) != len(keys)]
-            if bad:
-                errs.add(g, f"value {bad[0]!r} has {len(bad[0].split('+'))} parts for {len(keys)} keys",
-                         f"join exactly {len(keys)} values with `+`, e.g. `{key}={'+'.join(['1'] * len(keys))}`")
-                continue
-            axes.append([[f"{k}={x.strip()}" for k, x in zip(keys, parts)] for parts in split])
-        else:
-            axes.append([[f"{keys[0]}={v}"] for v in vals])
-    errs.raise_if_any()
-    return [list(fixed) + [o for part in combo for o in part] for combo in itertools.product(*axes)]
+    _, axes = parse_axes(grid, "--grid", always_axis=True)
+    fixed_vals, set_axes = parse_axes(fixed, "--set")
+    return [over for _, over in product(fixed_vals, axes + set_axes)]
+
+
+def grid_keys(grid: Sequence[str] | None, fixed: Sequence[str] = ()) -> list:
+    """The keys the grid varies (those of `--grid`, and of a `--set` with several values), in axis order."""
+    _, axes = parse_axes(grid, "--grid", always_axis=True)
+    _, set_axes = parse_axes(fixed, "--set")
+    return [k for a in axes + set_axes for k in a.keys]
 
 
 def _file_digest(path: str) -> str:
