@@ -158,7 +158,7 @@ def apply_overrides(raw: dict, overrides: Iterable[str] | None, errs: Collector)
     current directory. `cluster.topology.<key>` overrides that key of the topology file (the
     scenario's `cluster.topology` becomes the mapping `{file: ..., <key>: ...}`)."""
     raw = copy.deepcopy(raw)
-    for ov in expand_single(overrides):
+    for ov in expand_single(overrides, errs):
         if "=" not in ov:
             errs.add(f"--set {ov}", "expected key.path=value", "write e.g. `--set parallel.tp=4`")
             continue
@@ -554,7 +554,8 @@ def _overridden_problems(problems: Iterable[Problem], overrides: dict, scenario:
     leaves = _leaf_paths(overrides)
     out = []
     for p in problems:
-        ours = any(p.path == k or p.path.startswith(k + ".") or p.path.startswith(k + "[") for k in leaves)
+        # at, under or above (an unknown section) a key the scenario set
+        ours = any(p.path == k or p.path.startswith((k + ".", k + "[")) or (p.path and k.startswith(p.path + ".")) for k in leaves)
         out.append(Problem(scenario, f"cluster.topology.{p.path}", p.problem, p.fix) if ours else p)
     return out
 

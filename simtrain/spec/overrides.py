@@ -122,16 +122,21 @@ def product(fixed: Sequence[str], axes: Sequence[Axis]) -> list:
     return out
 
 
-def expand_single(overrides: Sequence[str] | None) -> list:
-    """The overrides of a single-scenario command with `+`-joined keys split (`a+b=1+2` -> a=1, b=2);
-    other arguments unchanged (the loader reports malformed ones with their key)."""
+def expand_single(overrides: Sequence[str] | None, errs: Collector) -> list:
+    """The overrides of a single-scenario command with `+`-joined keys split (`a+b=1+2` -> a=1, b=2;
+    a wrong count of parts goes to `errs`); other arguments unchanged (the loader reports malformed
+    ones with their key)."""
     out = []
     for ov in overrides or ():
         key, eq, val = ov.partition("=")
         keys = [k.strip() for k in key.split("+")]
-        parts = _split_plus(val)
-        if eq and len(keys) > 1 and len(parts) == len(keys) and all(keys):
-            out += [f"{k}={x}" for k, x in zip(keys, parts)]
-        else:
+        if not eq or len(keys) == 1:
             out.append(ov)
+            continue
+        parts = _split_plus(val)
+        if len(parts) != len(keys) or not all(keys):
+            errs.add(f"--set {key.strip()[:100]}", f"value {val[:60]!r} has {len(parts)} parts for {len(keys)} keys",
+                     f"join exactly {len(keys)} values with `+`, e.g. `{key.strip()[:100]}={'+'.join(['1'] * len(keys))}`")
+            continue
+        out += [f"{k}={x}" for k, x in zip(keys, parts)]
     return out

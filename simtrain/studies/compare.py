@@ -23,6 +23,7 @@ from simtrain.results.figures import COLORS, plain, save_figure
 from simtrain.results.step import StepResult
 from simtrain.spec.overrides import parse_axes, product, split_values  # noqa: F401  (split_values: kept importable here)
 from simtrain.studies.runner import run_factors
+from simtrain.studies.textable import Column, render
 from simtrain.units import fmt_time
 
 if TYPE_CHECKING:
@@ -128,22 +129,24 @@ def compute_spans(run: StepRun) -> list[tuple]:
     return out
 
 
-def table(rows: list[Row]) -> str:
-    wl = max([34] + [len(r.label) + 1 for r in rows])
-    head = (f"  {'variant':<{wl}} {'step':>10} {'MFU':>6} {'bubble':>7} {'exposed tp/pp/dp (s)':>21} {'peak mem':>9} {'fits':>4}"
-            f"   peak per pipeline rank (GiB)")
-    lines = [head, "  " + "-" * (len(head) + 6)]
+def table(rows: list[Row], width: int | None = None) -> str:
+    """The text table, one row per variant. The variant column (the varied keys' values) is never
+    cut: on a terminal of `width` columns the others are left out, per-rank peaks first, then
+    exposed communication, bubble, fits, MFU, peak memory (simtrain.studies.textable)."""
+    cols = [Column("variant", key=True), Column("step", ">", drop=6), Column("MFU", ">", drop=2), Column("bubble", ">", drop=2),
+            Column("exposed tp/pp/dp (s)", ">", drop=1), Column("peak mem", ">", drop=5), Column("fits", ">", drop=3),
+            Column("peak per pipeline rank (GiB)", drop=0)]
+    out = []
     for r in rows:
         if r.error:
-            lines.append(f"  {r.label:<{wl}} invalid: {r.error}")
+            out.append((r.label, f"invalid: {r.error}"))
             continue
         x = r.result
-        per = " ".join(f"{m.total / GiB:.0f}" for m in x.memory)
         ex = x.breakdown.exposed_comm_s
-        exs = "/".join(f"{ex[k]:.2f}" for k in ("tp", "pp", "dp"))
-        lines.append(f"  {r.label:<{wl}} {fmt_time(x.step_time_s):>10} {100 * x.mfu:5.1f}% {100 * x.bubble_fraction:6.1f}% {exs:>21} "
-                     f"{x.peak_memory_bytes / GiB:7.1f}Gi {'yes' if x.fits_in_memory else 'NO':>4}   {per}")
-    return "\n".join(lines)
+        out.append([r.label, fmt_time(x.step_time_s), f"{100 * x.mfu:.1f}%", f"{100 * x.bubble_fraction:.1f}%",
+                    "/".join(f"{ex[k]:.2f}" for k in ("tp", "pp", "dp")), f"{x.peak_memory_bytes / GiB:.1f} GiB",
+                    "yes" if x.fits_in_memory else "NO", " ".join(f"{m.total / GiB:.0f}" for m in x.memory)])
+    return "\n".join(render(cols, out, width))
 
 
 def to_csv(rows: list[Row]) -> str:

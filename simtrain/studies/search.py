@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from simtrain import __version__
+from simtrain import __version__, progress
 from simtrain.errors import Collector, ConfigError, Problem, ScheduleError
 from simtrain.hardware.devices import device_of
 from simtrain.hardware.topology import Topology, find_topology_file, load_topology
@@ -256,7 +256,8 @@ class PlanCache:
         return self.schedules[key]
 
     def topology(self, path: str | Path, nodes: int, *args: object, **kwargs: object) -> Topology:
-        key = (str(path), nodes, os.path.getmtime(path), args, tuple(sorted(kwargs.items())))
+        # repr: the topology overrides are a (nested, unhashable) mapping
+        key = (str(path), nodes, os.path.getmtime(path), repr(args), repr(sorted(kwargs.items())))
         if key not in self.topologies:
             self.topologies[key] = load_topology(path, nodes, *args, **kwargs)
         return self.topologies[key]
@@ -428,7 +429,7 @@ def search(path: str | Path, objective: str = "step_time", fixes: Sequence[str] 
     cands.sort(key=lambda c: (not c.est_fits, c.objective, c.plan))
     chosen = cands if exhaustive else cands[:max_candidates]
     points = [Point(extra + c.plan.overrides(), c.scenario, c.topology) for c in chosen]
-    for c, o in zip(chosen, run_factors(path, points)):
+    for c, o in zip(chosen, progress.track(run_factors(path, points), len(points), "search", "candidate")):
         if o.ok:
             c.result = o.result
             c.objective = objective_value(objective, c.result, c.scenario, price)

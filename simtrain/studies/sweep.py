@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from simtrain import progress
 from simtrain.errors import ConfigError, Problem, SimtrainError
 from simtrain.results.figures import plain, save_figure
 from simtrain.results.io import check_out_dir, write_atomic
@@ -55,11 +56,11 @@ from simtrain.spec.files import parse_yaml, read_text
 from simtrain.spec.loading import load_scenario
 from simtrain.spec.overrides import parse_axes, product, split_values
 from simtrain.studies.runner import Outcome, internal_error, run_factors
+from simtrain.studies.textable import Column, render, terminal_width
 from simtrain.units import fmt_bytes, fmt_time
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from typing import TextIO
 
     from distributed import Client
     from matplotlib.figure import Figure
@@ -233,34 +234,22 @@ class SweepStats:
 
 
 class Progress:
-    """`sweep: 12/40 (3 cached, 1 failed) 2.31 points/s, ETA 12 s` on stderr: rewritten in place on a
-    terminal, one line every 2 s otherwise (logs stay short)."""
+    """The sweep's bar (simtrain.progress: points done of those to compute, rate, ETA; the cached and
+    failed counts beside it) on stderr, drawn only on a terminal and never under `quiet`."""
 
-    def __init__(self, total: int, cached: int, stream=None, quiet: bool = False):
-        self.total, self.cached, self.done, self.failed = total, cached, 0, 0
-        self.t0 = time.perf_counter()
-        self.last = 0.0
-        self.stream = stream or sys.stderr
-        self.quiet = quiet
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+    def __init__(self, total: int, cached: int, quiet: bool = False):
+        self.cached, self.failed = cached, 0
+        self.bar = None if quiet else progress.bar(total, "sweep", "point")
 
     def step(self, failed: bool) -> None:
-        self.done += 1
         self.failed += int(failed)
-        now = time.perf_counter()
-        if not self.quiet and (self.tty or now - self.last >= 2.0 or self.done == self.total):
-            self.last = now
-            self.write(now)
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{self.cached} cached, {self.failed} failed", refresh=False)
+            self.bar.update(1)
 
-    def write(self, now: float) -> None:
-        el = now - self.t0
-        rate = self.done / el if el > 0 else 0.0
-        left = self.total - self.done
-        eta = f"{left / rate:.0f} s" if rate > 0 else "?"
-        line = (f"sweep: {self.cached + self.done}/{self.cached + self.total} ({self.cached} cached, {self.failed} failed) "
-                f"{rate:.2f} points/s, ETA {eta}")
-        self.stream.write(("\r" + line + ("\n" if left == 0 else "")) if self.tty else line + "\n")
-        self.stream.flush()
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 PARENT_POLL_S = 0.5
@@ -339,8 +328,7 @@ def _iter_results(executor: str, jobs: list, client=None, workers: int | None = 
 
 def sweep(path: str | Path, grid: Sequence[str] | None, fixed: Sequence[str] = (), out: Path = Path("sweep"),
           executor: str = "serial", client: Client | None = None, workers: int | None = None,
-          on_row: Callable[[dict], None] | None = None, quiet: bool = False,
-          stream: TextIO | None = None) -> tuple[list[dict], SweepStats]:
+          on_row: Callable[[dict], None] | None = None, quiet: bool = False) -> tuple[list[dict], SweepStats]:
     """Runs the grid into `out/sweep.sqlite`; returns (rows of this grid sorted by key, SweepStats).
     `on_row(row)` is called after each row is committed (the tests interrupt a sweep with it)."""
     t0 = time.perf_counter()
@@ -367,18 +355,21 @@ def sweep(path: str | Path, grid: Sequence[str] | None, fixed: Sequence[str] = (
                 if key not in have:
                     todo.append((key, str(path), over))
         cached = sum(1 for k in keys if k in have)
-        prog = Progress(len(todo) + len(errors), cached, stream, quiet)
-        for row in errors:            # load errors are known already: store them first
-            store.put(row)
-            prog.step(True)
-            if on_row:
-                on_row(row)
-        for key, fields in _iter_results(executor, todo, client, workers):
-            row = {"key": key, "overrides": json.dumps(keys[key]), **fields}
-            store.put(row)
-            prog.step(row["status"] != "ok")
-            if on_row:
-                on_row(row)
+        prog = Progress(len(todo) + len(errors), cached, quiet)
+        try:
+            for row in errors:            # load errors are known already: store them first
+                store.put(row)
+                prog.step(True)
+                if on_row:
+                    on_row(row)
+            for key, fields in _iter_results(executor, todo, client, workers):
+                row = {"key": key, "overrides": json.dumps(keys[key]), **fields}
+                store.put(row)
+                prog.step(row["status"] != "ok")
+                if on_row:
+                    on_row(row)
+        finally:
+            prog.close()
         rows = store.rows(set(keys))
     finally:
         store.close()
@@ -398,15 +389,37 @@ def to_csv(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
-def table(rows: list[dict], limit: int = 40) -> str:
-    lines = [f"  {'overrides':48s} {'step':>10s} {'MFU':>6s} {'peak mem':>10s}  fits"]
+def varied(rows: list[dict]) -> tuple[list, list]:
+    """(keys whose values differ between the rows, in first-seen order; the overrides every row shares)."""
+    vals: dict = {}
+    for r in rows:
+        for o in json.loads(r["overrides"]):
+            k, _, v = o.partition("=")
+            vals.setdefault(k, []).append(v)
+    if len(rows) <= 1:
+        return list(vals), []
+    keys = [k for k, v in vals.items() if len(v) < len(rows) or len(set(v)) > 1]
+    common = [f"{k}={v[0]}" for k, v in vals.items() if k not in keys]
+    return keys, common
+
+
+def table(rows: list[dict], limit: int = 40, width: int | None = None) -> str:
+    """The rows, fastest first: each point named by the values of the keys that vary (never cut;
+    on a terminal of `width` columns the other columns are left out or the names wrap); the
+    overrides all points share on a line above."""
+    keys, common = varied(rows)
+    cols = [Column("point", key=True), Column("step", ">", drop=3), Column("MFU", ">", drop=1),
+            Column("peak mem", ">", drop=2), Column("fits", drop=0)]
+    out = []
     for r in sorted(rows, key=lambda r: (r["status"] != "ok", r["step_time_s"] or 0.0, r["key"]))[:limit]:
-        over = " ".join(json.loads(r["overrides"]))
+        over = [o for o in json.loads(r["overrides"]) if o.partition("=")[0] in keys]
+        name = " ".join(over) or "(the scenario as written)"
         if r["status"] == "ok":
-            lines.append(f"  {over[:48]:48s} {fmt_time(r['step_time_s']):>10s} {100 * r['mfu']:5.1f}% {fmt_bytes(r['peak_memory_bytes']):>10s}  "
-                         f"{'yes' if r['fits_in_memory'] else 'NO'}")
+            out.append([name, fmt_time(r["step_time_s"]), f"{100 * r['mfu']:.1f}%", fmt_bytes(r["peak_memory_bytes"]),
+                        "yes" if r["fits_in_memory"] else "NO"])
         else:
-            lines.append(f"  {over[:48]:48s} error: {r['error'].splitlines()[0][:120]}")
+            out.append((name, f"error: {r['error'].splitlines()[0][:200]}"))
+    lines = ([f"  every point: {' '.join(common)}"] if common else []) + render(cols, out, width)
     if len(rows) > limit:
         lines.append(f"  ... {len(rows) - limit} more rows in the store")
     return "\n".join(lines)
@@ -546,7 +559,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"  {nd:>8,d} {step:8.3f}s {100 * mfu:5.1f}% {tps:12,.0f}" + (f"  {usd:8.3f}" if usd is not None else ""))
     print(f"sweep of {args.scenario}: {st.points} points, {st.distinct} distinct scenarios, {st.cached} from the store, "
           f"{st.computed} computed ({st.failed} failed) in {st.wall_s:.1f} s with the {args.executor} executor")
-    print(table(rows))
+    print(table(rows, width=terminal_width()))
     print(f"\n  wrote {out}/: sweep.sqlite (table points, keyed by the resolved scenario's hash) {wrote}")
     if st.failed:
         print(f"\n  {st.failed} of {st.distinct} points have no result (status error or failed in {out / 'sweep.csv'}); "
