@@ -63,7 +63,8 @@ def run_variants(scenario: str | Path, sets: Sequence[str] | None) -> list[Row]:
     labelled = variants(sets, f"{Path(scenario).name} as written")
     rows = []
     outcomes = run_factors(scenario, [over for _, over in labelled])
-    for (label, over), o in zip(labelled, progress.track(outcomes, len(labelled), "compare", "variant")):
+    # the bar first in zip: its last update runs when zip asks it for one more outcome
+    for o, (label, over) in zip(progress.track(outcomes, len(labelled), "compare", "variant"), labelled):
         row = Row(label, over)
         if not o.ok:
             row.error = o.error.splitlines()[0]

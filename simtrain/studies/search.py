@@ -429,7 +429,7 @@ def search(path: str | Path, objective: str = "step_time", fixes: Sequence[str] 
     cands.sort(key=lambda c: (not c.est_fits, c.objective, c.plan))
     chosen = cands if exhaustive else cands[:max_candidates]
     points = [Point(extra + c.plan.overrides(), c.scenario, c.topology) for c in chosen]
-    for c, o in zip(chosen, progress.track(run_factors(path, points), len(points), "search", "candidate")):
+    for o, c in zip(progress.track(run_factors(path, points), len(points), "search", "candidate"), chosen):
         if o.ok:
             c.result = o.result
             c.objective = objective_value(objective, c.result, c.scenario, price)
@@ -506,9 +506,14 @@ def best_scenario(res: SearchResult, path: Path) -> dict:
             doc.get(sec, {}).pop(key, None)
     if doc["parallel"].get("vpp") == 1 and doc["parallel"].get("schedule") != "interleaved_1f1b":
         doc["parallel"].pop("vpp")
-    t = find_topology_file(doc["cluster"]["topology"], path.parent)
+    topo = doc["cluster"]["topology"]          # a name or path, or {file: ..., overridden keys}
+    ref = topo.get("file") if isinstance(topo, dict) else topo
+    t = find_topology_file(ref, path.parent) if isinstance(ref, str) else None
     if t is not None:
-        doc["cluster"]["topology"] = str(Path(t).resolve())
+        if isinstance(topo, dict):
+            doc["cluster"]["topology"] = {**topo, "file": str(Path(t).resolve())}
+        else:
+            doc["cluster"]["topology"] = str(Path(t).resolve())
     for sec, key in (("cluster", "device_profile"), ("model", "hf_config")):
         v = (doc.get(sec) or {}).get(key) if isinstance(doc.get(sec), dict) else None
         if isinstance(v, str) and not Path(v).is_absolute() and (path.parent / v).exists():
