@@ -54,7 +54,7 @@ from simtrain.results.figures import plain, save_figure
 from simtrain.results.io import check_out_dir, write_atomic
 from simtrain.spec.files import parse_yaml, read_text
 from simtrain.spec.loading import load_scenario
-from simtrain.spec.overrides import parse_axes, product, split_values
+from simtrain.spec.overrides import parse_axes, product
 from simtrain.studies.runner import Outcome, internal_error, run_factors
 from simtrain.studies.textable import Column, render, terminal_width
 from simtrain.units import fmt_bytes, fmt_time
@@ -490,14 +490,12 @@ OUT_FILES = ("sweep.sqlite", "sweep.csv", "scaling.png")
 
 def check_plot_x(grid: Sequence[str] | None, key: str) -> None:
     """--plot-x must be a grid key whose values are numbers: checked before anything runs."""
-    values = {}
-    for g in grid or ():
-        k, _, val = g.partition("=")
-        keys = [x.strip() for x in k.split("+")]
-        for v in split_values(val):
-            parts = v.split("+") if len(keys) > 1 else [v]
-            for kk, vv in zip(keys, parts):
-                values.setdefault(kk, []).append(vv.strip())
+    values: dict = {}
+    for axis in parse_axes(grid, "--grid", always_axis=True)[1]:
+        for over in axis.values:
+            for o in over:
+                k, _, v = o.partition("=")
+                values.setdefault(k, []).append(v.strip())
     if key not in values:
         raise ConfigError([Problem("--plot-x", key, "is not a key of the grid",
                                    f"use one of: {', '.join(values)}" if values else "add it with --grid")])
