@@ -187,6 +187,24 @@ CASES = [
     Case("fifo", "", "regular file", limit=True, fifo=True),
     Case("directory", "", "regular file", path="/tmp"),
     Case("big-file", "", "MiB", limit=True, text="name: x\n" + "# " + "x" * 80 + "\n" * 1 + ("#" + "y" * 1000 + "\n") * 20_000),
+    # command-line overrides and topology overrides (simtrain.spec.overrides; cluster.topology.<key>)
+    Case("set-topology-key-bad-value", "cluster.topology.scale_out.oversubscription", ">= 1",
+         argv=("--set", "cluster.topology.scale_out.oversubscription=0.5")),
+    Case("set-topology-key-not-a-number", "cluster.topology.scale_out.oversubscription", "number",
+         argv=("--set", "cluster.topology.scale_out.oversubscription=lots")),
+    Case("set-topology-key-nan", "cluster.topology.scale_out.oversubscription", "",
+         argv=("--set", "cluster.topology.scale_out.oversubscription=.nan")),
+    Case("set-topology-key-unknown", "cluster.topology.scale_out.oversubscriptoin", "did you mean",
+         argv=("--set", "cluster.topology.scale_out.oversubscriptoin=2")),
+    Case("set-topology-key-unknown-section", "cluster.topology.scaleout", "unknown", argv=("--set", "cluster.topology.scaleout.x=2")),
+    Case("topology-mapping-without-file", "cluster.topology.file", "missing",
+         set=(("cluster.topology", "{scale_out: {oversubscription: 2}}"),)),
+    Case("topology-mapping-file-not-text", "cluster.topology.file", "expected", set=(("cluster.topology", "{file: [1, 2]}"),)),
+    Case("topology-mapping-bad-key", "cluster.topology.scale_up.bandwidth", "",
+         set=(("cluster.topology", "{file: topo.yaml, scale_up: {bandwidth: -3}}"),)),
+    Case("set-joined-keys-value-count", "--set parallel.tp+parallel.pp", "2 keys", argv=("--set", "parallel.tp+parallel.pp=1+2+3")),
+    Case("set-empty-key-part", "--set parallel..tp", "empty", argv=("--set", "parallel..tp=2")),
+    Case("set-schedule-csv-missing-from-cwd", "parallel.schedule_csv", "", argv=("--set", "parallel.schedule_csv=nope.csv")),
 ]
 
 

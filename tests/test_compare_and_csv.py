@@ -17,9 +17,14 @@ from simtrain.studies.compare import split_values, variants
 def test_sweep_values_and_cartesian_product():
     assert split_values("1f1b,zb_v, [1,3,3,1] ,x") == ["1f1b", "zb_v", "[1,3,3,1]", "x"]
     v = variants(["parallel.schedule=1f1b,zb_h1", "training.micro_batch_size=1", "parallel.tp=1,2"])
-    assert [label for label, _ in v] == ["schedule=1f1b tp=1", "schedule=1f1b tp=2", "schedule=zb_h1 tp=1", "schedule=zb_h1 tp=2"]
+    # a label names each varied key by its whole path and its value
+    assert [label for label, _ in v] == ["parallel.schedule=1f1b parallel.tp=1", "parallel.schedule=1f1b parallel.tp=2",
+                                         "parallel.schedule=zb_h1 parallel.tp=1", "parallel.schedule=zb_h1 parallel.tp=2"]
     assert v[1][1] == ["training.micro_batch_size=1", "parallel.schedule=1f1b", "parallel.tp=2"]
-    assert variants(None) == [("base", [])]
+    # the unmodified scenario is labelled by what it is, a single variant by its overrides
+    assert variants(None) == [("as written", [])]
+    assert variants(None, "s.yaml as written") == [("s.yaml as written", [])]
+    assert variants(["parallel.tp=4"]) == [("parallel.tp=4", ["parallel.tp=4"])]
 
 
 def test_compare_writes_table_csv_and_figure(tmp_path, fast_topology, capsys):

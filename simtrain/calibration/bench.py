@@ -165,10 +165,10 @@ def _nvidia_driver() -> str:
 # ---------------------------------------------------------------------------------------------
 # what to measure
 
-def scenario_shapes(path: str) -> tuple:
+def scenario_shapes(path: str, overrides: Sequence[str] = ()) -> tuple:
     """(gemm (m, n, k) shapes, attention (b, heads, seq, head_dim, causal) shapes) that the
-    scenario's workload runs on one rank, each once."""
-    sc, _ = load_scenario(path)
+    scenario (with its `--set` overrides) runs on one rank, each once."""
+    sc, _ = load_scenario(path, overrides)
     work = build_workload(sc, schedule_for(sc.parallel, sc.num_microbatches).num_stages)
     gemms, attn = [], []
     m = sc.model
@@ -383,7 +383,7 @@ def main(args: argparse.Namespace) -> int:
         doc["collectives"] = rows
     else:
         if args.for_scenario:
-            gemms, attn = scenario_shapes(args.for_scenario)
+            gemms, attn = scenario_shapes(args.for_scenario, getattr(args, "set", None) or ())
         else:
             gemms = list(GENERIC_GEMMS if not args.tiny else ((64, 64, 64), (128, 128, 128), (128, 256, 64)))
             attn = [(1, 8, s, 64, True) for s in ((512, 1024, 2048, 4096) if not args.tiny else (64, 128))]

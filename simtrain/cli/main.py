@@ -34,23 +34,25 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="simulate one training step")
     r.add_argument("scenario")
-    r.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a scenario value (repeatable)")
+    r.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help=SET_HELP)
     r.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     r.add_argument("--out", metavar="DIR", help="write result.json, scenario.resolved.yaml, trace.json, timeline.png")
     r.set_defaults(fn=cmd_run)
     cp = sub.add_parser("compare", help="simulate variants of a scenario (sweep keys with comma-separated values) and compare them")
     cp.add_argument("scenario")
-    cp.add_argument("--set", action="append", metavar="KEY.PATH=V1,V2,...", help="a value, or a comma-separated sweep (repeatable: cartesian product)")
+    cp.add_argument("--set", action="append", metavar="KEY.PATH=V1,V2,...",
+                    help="a value, or a comma-separated axis; keys joined by + move together (a+b=1+2,3+4), as in sweep "
+                         "(repeatable: cartesian product)")
     cp.add_argument("--out", metavar="DIR", help="write compare.csv and compare.png")
     cp.set_defaults(fn=cmd_compare)
     sh = sub.add_parser("schedule", help="print the scenario's pipeline schedule per rank; export it as torchtitan CSV")
     sh.add_argument("scenario")
-    sh.add_argument("--set", action="append", metavar="KEY.PATH=VALUE")
+    sh.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help=SET_HELP)
     sh.add_argument("--csv", metavar="FILE", help="write the schedule in torchtitan's CSV action format")
     sh.set_defaults(fn=cmd_schedule)
     c = sub.add_parser("check", help="validate a scenario without simulating")
     c.add_argument("scenario")
-    c.add_argument("--set", action="append", metavar="KEY.PATH=VALUE")
+    c.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help=SET_HELP)
     c.set_defaults(fn=cmd_check)
     b = sub.add_parser("bench", help="measure GEMMs, attention, memory-bound ops or collectives on this machine (needs torch)")
     b.add_argument("-o", "--out", type=Path, required=True, metavar="FILE", help="calibration file to write (YAML)")
@@ -96,8 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
         rl.set_defaults(fn=reliability_study.main)
     sw = sub.add_parser("sweep", help="simulate the cartesian product of overrides into a resumable SQLite store")
     sw.add_argument("scenario")
-    sw.add_argument("--grid", action="append", metavar="KEY.PATH=V1,V2,...", help="an axis of the grid (repeatable: cartesian product)")
-    sw.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="a fixed override in every point")
+    sw.add_argument("--grid", action="append", metavar="KEY.PATH=V1,V2,...",
+                    help="an axis of the grid; keys joined by + move together (a+b=1+2,3+4) (repeatable: cartesian product)")
+    sw.add_argument("--set", action="append", metavar="KEY.PATH=VALUE",
+                    help="an override in every point; with comma-separated values an axis, as in compare")
     sw.add_argument("--executor", choices=("serial", "process", "dask"), default="serial")
     sw.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="the Dask scheduler (with --executor dask)")
     sw.add_argument("--workers", type=int, metavar="N", help="worker processes of --executor process (default: all cores)")
@@ -124,7 +128,18 @@ def build_parser() -> argparse.ArgumentParser:
     lst.set_defaults(fn=cmd_list)
     schema_cli.add_parser(sub)
     validate.register(sub)
+    # every command that reads a scenario takes --set with one meaning (simtrain.spec.overrides)
+    add_set_option(b, "override a key of the --for scenario, as in `run` (repeatable)")
     return ap
+
+
+SET_HELP = "override a scenario value, e.g. parallel.tp=4 or cluster.topology.scale_out.oversubscription=2 (repeatable)"
+
+
+def add_set_option(p: argparse.ArgumentParser, help: str = SET_HELP) -> None:
+    """`--set KEY.PATH=VALUE` on `p`, unless it has one already."""
+    if "--set" not in p._option_string_actions:
+        p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help=help)
 
 
 def main(argv: list[str] | None = None) -> int:

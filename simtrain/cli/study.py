@@ -9,6 +9,7 @@ from pathlib import Path
 from simtrain import __version__
 from simtrain.results.io import check_out_dir, staged_dir, write_atomic
 from simtrain.studies.compare import figure, run_variants, table, to_csv
+from simtrain.studies.textable import terminal_width
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -16,7 +17,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         check_out_dir(args.out, "--out", ("compare.csv", "compare.png"))    # before simulating
     rows = run_variants(args.scenario, args.set)
     print(f"simtrain {__version__} — compare {args.scenario}")
-    print(table(rows))
+    print(table(rows, terminal_width()))
     if args.out:
         with staged_dir(args.out) as out:        # the files appear together
             write_atomic(out / "compare.csv", to_csv(rows).encode())

@@ -14,8 +14,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     v = sub.add_parser("validate", help="the simulator against the measurements kept in the project (vTrain iteration times, nccl-tests busbw)")
     what = v.add_subparsers(dest="what", required=True, metavar="vtrain|busbw")
     vt = what.add_parser("vtrain", help="MAPE on vTrain's measured Megatron-DeepSpeed iteration times (A100)")
-    vt.add_argument("--set", choices=("multi", "single", "both"), default="multi",
+    vt.add_argument("--runs", choices=("multi", "single", "both"), default="multi",
                     help="multi: 109 runs on 64-512 GPUs (default); single: 1,440 runs on one node")
+    vt.add_argument("--set", action="append", metavar="KEY.PATH=VALUE",
+                    help="override a key of every run's scenario, as in `run` (e.g. network.protocol=Simple; repeatable)")
     vt.add_argument("--table", action="store_true", help="also print every run: measured, predicted, error")
     vt.add_argument("--profile", default="a100-megatron-deepspeed", metavar="NAME|FILE",
                     help="device profile (a shipped name or a file; none: the bare preset)")

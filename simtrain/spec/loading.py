@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import copy
 import difflib
+import json
 import math
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
 
 from simtrain import resources
-from simtrain.errors import Collector, ConfigError
+from simtrain.errors import Collector, ConfigError, Problem
 from simtrain.hardware import devices
 from simtrain.hardware.topology import Topology, find_topology_file, load_topology
 from simtrain.plan.grid import POLICIES
@@ -24,6 +25,7 @@ from simtrain.schedules.csvio import read_csv
 from simtrain.spec import reliability
 from simtrain.spec.fields import parse_value, section_of, validate_map
 from simtrain.spec.files import TreeError, check_tree, load_json, load_yaml, parse_yaml, short
+from simtrain.spec.overrides import expand_single
 from simtrain.spec.scenario import (
     COST,
     JITTER,
@@ -131,24 +133,53 @@ def encoder_presets() -> dict:
     return load_yaml(DATA / "encoders.yaml", Collector(str(DATA / "encoders.yaml")), "fix the shipped presets")
 
 
+# keys whose value names a file: a relative path given on the command line is taken from the
+# current directory (made absolute here); one written in a scenario file, from the file's directory
+PATH_KEYS = ("model.hf_config", "parallel.schedule_csv", "cluster.device_profile", "cluster.topology", "cluster.topology.file")
+# names the loader also looks up among the shipped files (a bare name stays a name)
+SHIPPED_NAME_KEYS = ("cluster.device_profile", "cluster.topology", "cluster.topology.file")
+
+
+def _command_line_path(key: str, value: object) -> object:
+    """A relative path given with --set for a file key, made absolute against the current
+    directory; a bare shipped name (`dgx-h100`) that is no file here stays a name."""
+    if key not in PATH_KEYS or not isinstance(value, str) or not value or Path(value).is_absolute():
+        return value
+    p = Path(value)
+    here = Path.cwd() / p
+    if key in SHIPPED_NAME_KEYS and not here.exists() and len(p.parts) == 1:
+        return value
+    return str(here)
+
+
 def apply_overrides(raw: dict, overrides: Iterable[str] | None, errs: Collector) -> dict:
-    """`--set a.b.c=value`: value parsed as YAML, so `8`, `true`, `"300 GB/s"` and `[7, 8]` all work."""
+    """`--set a.b.c=value`: value parsed as YAML, so `8`, `true`, `"300 GB/s"` and `[7, 8]` all work;
+    `a+b=1+2` sets both keys (simtrain.spec.overrides). A file key's relative path is taken from the
+    current directory. `cluster.topology.<key>` overrides that key of the topology file (the
+    scenario's `cluster.topology` becomes the mapping `{file: ..., <key>: ...}`)."""
     raw = copy.deepcopy(raw)
-    for ov in overrides or ():
+    for ov in expand_single(overrides, errs):
         if "=" not in ov:
             errs.add(f"--set {ov}", "expected key.path=value", "write e.g. `--set parallel.tp=4`")
             continue
         key, val = ov.split("=", 1)
-        parts = key.strip().split(".")
+        key = key.strip()
+        parts = key.split(".")
+        if not all(parts):
+            errs.add(f"--set {key[:100]}", "empty part in the key path", "write e.g. `--set parallel.tp=4`")
+            continue
         try:
             value = parse_yaml(val)
         except TreeError as e:
             if "not valid YAML" not in str(e) or "duplicate key" in str(e):
-                errs.add(f"--set {key.strip()[:100]}", str(e), "give a plain value, e.g. `--set parallel.tp=4`")
+                errs.add(f"--set {key[:100]}", str(e), "give a plain value, e.g. `--set parallel.tp=4`")
                 continue
             value = val
+        value = _command_line_path(key, value)
         node = raw
-        for p in parts[:-1]:
+        for depth, p in enumerate(parts[:-1]):
+            if parts[:depth + 1] == ["cluster", "topology"] and isinstance(node.get(p), str):
+                node[p] = {"file": node[p]}      # a key of the named topology file
             if not isinstance(node.get(p), dict):
                 node[p] = {}
             node = node[p]
@@ -411,6 +442,7 @@ def build_scenario(raw: dict, path: Path, errs: Collector,
     model = _resolve_model(raw.get("model"), base, errs) if "model" in raw else None
     training = validate_map(raw.get("training", {}), TRAINING, "training", errs) if "training" in raw else None
     parallel = validate_map(raw.get("parallel", {}), PARALLEL, "parallel", errs)
+    raw, topo_over = _topology_mapping(raw, errs)
     cluster = validate_map(raw.get("cluster", {}), CLUSTER, "cluster", errs) if "cluster" in raw else None
     network = validate_map(raw.get("network", {}) or {}, NETWORK, "network", errs)
     seed = parse_value(raw.get("seed", 0), "int", "seed", errs)
@@ -444,9 +476,10 @@ def build_scenario(raw: dict, path: Path, errs: Collector,
                      "give a path to a topology YAML or a shipped name (simtrain list topologies)")
         elif cluster.get("nodes"):
             try:
-                topo = topology_loader(tfile, cluster["nodes"])
+                topo = (topology_loader(tfile, cluster["nodes"], overrides=topo_over) if topo_over
+                        else topology_loader(tfile, cluster["nodes"]))
             except ConfigError as e:
-                errs.problems.extend(e.problems)
+                errs.problems.extend(_overridden_problems(e.problems, topo_over, str(path)))
             cluster["topology"] = str(tfile)
     if parallel.get("schedule_csv"):
         f = Path(parallel["schedule_csv"])
@@ -483,10 +516,48 @@ def build_scenario(raw: dict, path: Path, errs: Collector,
                               device_of_rank=tuple(dor) if dor is not None else None),
         cluster=ClusterSpec(device=cluster["device"], topology_file=cluster["topology"], nodes=cluster["nodes"],
                             device_profile=cluster.get("device_profile") or "", stragglers=cluster["stragglers"],
-                            jitter=cluster["jitter"], mixed=cluster["mixed"], straggler_model=cluster["straggler_model"]),
+                            jitter=cluster["jitter"], mixed=cluster["mixed"], straggler_model=cluster["straggler_model"],
+                            topology_overrides=json.dumps(topo_over, sort_keys=True) if topo_over else ""),
         network=NetworkSpec(**network), seed=seed, source_file=str(path),
     )
     return sc, topo
+
+
+def _topology_mapping(raw: dict, errs: Collector) -> tuple[dict, dict]:
+    """`cluster.topology: {file: NAME, <key>: value, ...}` -> (a copy of `raw` with the file name in
+    its place, the other keys: the overrides laid onto the topology file)."""
+    c = raw.get("cluster")
+    if not isinstance(c, dict) or not isinstance(c.get("topology"), dict):
+        return raw, {}
+    t = dict(c["topology"])
+    ref = t.pop("file", None)
+    if not isinstance(ref, str) or not ref:
+        errs.add("cluster.topology.file", "missing: a topology mapping names the file its keys override" if ref is None
+                 else f"expected a file path or shipped name, got {short(ref, 60)}",
+                 "write e.g. `topology: {file: dgx-h100, scale_out: {oversubscription: 2}}` (simtrain list topologies)")
+        ref = ""
+    return {**raw, "cluster": {**c, "topology": ref}}, t
+
+
+def _leaf_paths(d: dict, prefix: str = "") -> list:
+    """Dotted key paths of the leaves of a nested mapping: {"a": {"b": 1}} -> ["a.b"]."""
+    out = []
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out += _leaf_paths(v, key + ".") if isinstance(v, dict) and v else [key]
+    return out
+
+
+def _overridden_problems(problems: Iterable[Problem], overrides: dict, scenario: str) -> list:
+    """Problems of a topology file: those at (or under) a key the scenario overrides are the
+    scenario's, at `cluster.topology.<key>`; the others stay the file's."""
+    leaves = _leaf_paths(overrides)
+    out = []
+    for p in problems:
+        # at, under or above (an unknown section) a key the scenario set
+        ours = any(p.path == k or p.path.startswith((k + ".", k + "[")) or (p.path and k.startswith(p.path + ".")) for k in leaves)
+        out.append(Problem(scenario, f"cluster.topology.{p.path}", p.problem, p.fix) if ours else p)
+    return out
 
 
 class _CsvDef:

@@ -10,6 +10,7 @@ Schema are all derived from these declarations (`simtrain.spec.fields`).
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import dataclass
 from typing import Optional
 
@@ -222,7 +223,11 @@ MIXED = Section({
 class ClusterSpec:
     """The cluster: device, fabric and node count, and how devices differ."""
     device: str = spec_field("str", "device preset (simtrain list devices)", choices=_DEVICES)
-    topology_file: str = spec_field("str", "topology YAML: a path or a shipped name (simtrain list topologies)", name="topology")
+    topology_file: str = spec_field(
+        "str", "topology YAML: a path or a shipped name (simtrain list topologies); or a mapping "
+        "`{file: NAME, <topology key>: value, ...}` whose keys override the file's", name="topology",
+        json={"anyOf": [{"type": "string"}, {"type": "object", "required": ["file"], "properties": {"file": {"type": "string"}}}],
+              "description": "a topology file or shipped name, or {file: ..., keys of that topology to override}"})
     nodes: int = spec_field("posint", "scale-up domains (the topology's nodes)", maximum=65_536)
     device_profile: str = spec_field("str", "a measured profile (simtrain calibrate) refining the device preset", default="",
                                      yaml_default=None, optional=True)
@@ -233,6 +238,10 @@ class ClusterSpec:
                               yaml_default=None, dump="falsy", section=MIXED, many=True)
     straggler_model: str = spec_field(("lockstep", "exact"), "how slow devices hold up the step (simtrain.plan.heterogeneity)",
                                       default="lockstep", dump_if=lambda c: c.heterogeneous)
+    # keys of the topology file overridden by `cluster.topology: {file: ..., key: value}` or
+    # `--set cluster.topology.<key>=value`, as sorted JSON (the spec stays hashable); dumped by
+    # Scenario.resolved as that mapping
+    topology_overrides: str = ""
 
     @property
     def heterogeneous(self) -> bool:
@@ -298,4 +307,7 @@ class Scenario:
     def resolved(self) -> dict:
         """The scenario with every default filled in, in the YAML layout (units in SI), dumped from
         the field declarations; loading it again gives the same scenario."""
-        return dump(self, section_of(Scenario))
+        d = dump(self, section_of(Scenario))
+        if self.cluster.topology_overrides:
+            d["cluster"]["topology"] = {"file": self.cluster.topology_file, **json.loads(self.cluster.topology_overrides)}
+        return d

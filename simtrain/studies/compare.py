@@ -3,7 +3,8 @@
     simtrain compare S.yaml --set parallel.schedule=1f1b,zb_h1,zb_v --set parallel.vpp=1
 
 A `--set` with comma-separated values is a sweep axis (commas inside [..] belong to a list
-value); several axes give their cartesian product; single values apply to every variant. Each
+value), keys joined by `+` move together (`a+b=1+2,3+4`, as in `sweep`); several axes give their
+cartesian product; single values apply to every variant. Each
 variant is loaded and simulated on its own, so one invalid combination is reported in its row
 and does not stop the others. Output: a text table; with `--out DIR` also `compare.csv` and
 `compare.png` (the variants' pipeline timelines one above the other, then step time and peak
@@ -13,14 +14,16 @@ from __future__ import annotations
 
 import csv
 import io
-import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from simtrain import progress
 from simtrain.results.figures import COLORS, plain, save_figure
 from simtrain.results.step import StepResult
+from simtrain.spec.overrides import parse_axes, product, split_values  # noqa: F401  (split_values: kept importable here)
 from simtrain.studies.runner import run_factors
+from simtrain.studies.textable import Column, render
 from simtrain.units import fmt_time
 
 if TYPE_CHECKING:
@@ -33,40 +36,15 @@ if TYPE_CHECKING:
 GiB = 2.0**30
 
 
-def split_values(text: str) -> list:
-    """'a,b,[1,2],c' -> ['a', 'b', '[1,2]', 'c'] (commas inside brackets stay)."""
-    out, cur, depth = [], "", 0
-    for ch in text:
-        if ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    out.append(cur)
-    return [v.strip() for v in out]
-
-
-def variants(sets: Sequence[str] | None) -> list:
-    """--set arguments -> list of (label, overrides) in sweep order (first axis varies slowest)."""
-    fixed, axes = [], []
-    for s in sets or ():
-        key, eq, val = s.partition("=")
-        vals = split_values(val) if eq else [val]
-        if len(vals) > 1:
-            axes.append((key.strip(), vals))
-        else:
-            fixed.append(s)
+def variants(sets: Sequence[str] | None, base_label: str = "as written") -> list:
+    """--set arguments -> list of (label, overrides) in sweep order (first axis varies slowest); the
+    axis syntax (`k=v1,v2`, `a+b=1+2,3+4` zipped) is simtrain.spec.overrides', as in `sweep`. A
+    label names the varied keys' values (`parallel.tp=4`); a single variant is labelled by its
+    fixed overrides, or `base_label` when there are none (the scenario as written)."""
+    fixed, axes = parse_axes(sets, "--set")
     if not axes:
-        return [("base", list(fixed))]
-    out = []
-    for combo in itertools.product(*[v for _, v in axes]):
-        label = " ".join(f"{k.split('.')[-1]}={v}" for (k, _), v in zip(axes, combo))
-        out.append((label, fixed + [f"{k}={v}" for (k, _), v in zip(axes, combo)]))
-    return out
+        return [(" ".join(fixed) or base_label, list(fixed))]
+    return product(fixed, axes)
 
 
 @dataclass
@@ -82,9 +60,11 @@ class Row:
 
 def run_variants(scenario: str | Path, sets: Sequence[str] | None) -> list[Row]:
     """One Row per variant of `sets` (see `variants`), each loaded and simulated on its own."""
-    labelled = variants(sets)
+    labelled = variants(sets, f"{Path(scenario).name} as written")
     rows = []
-    for (label, over), o in zip(labelled, run_factors(scenario, [over for _, over in labelled])):
+    outcomes = run_factors(scenario, [over for _, over in labelled])
+    # the bar first in zip: its last update runs when zip asks it for one more outcome
+    for o, (label, over) in zip(progress.track(outcomes, len(labelled), "compare", "variant"), labelled):
         row = Row(label, over)
         if not o.ok:
             row.error = o.error.splitlines()[0]
@@ -150,22 +130,24 @@ def compute_spans(run: StepRun) -> list[tuple]:
     return out
 
 
-def table(rows: list[Row]) -> str:
-    wl = max([34] + [len(r.label) + 1 for r in rows])
-    head = (f"  {'variant':<{wl}} {'step':>10} {'MFU':>6} {'bubble':>7} {'exposed tp/pp/dp (s)':>21} {'peak mem':>9} {'fits':>4}"
-            f"   peak per pipeline rank (GiB)")
-    lines = [head, "  " + "-" * (len(head) + 6)]
+def table(rows: list[Row], width: int | None = None) -> str:
+    """The text table, one row per variant. The variant column (the varied keys' values) is never
+    cut: on a terminal of `width` columns the others are left out, per-rank peaks first, then
+    exposed communication, bubble, fits, MFU, peak memory (simtrain.studies.textable)."""
+    cols = [Column("variant", key=True), Column("step", ">", drop=6), Column("MFU", ">", drop=2), Column("bubble", ">", drop=2),
+            Column("exposed tp/pp/dp (s)", ">", drop=1), Column("peak mem", ">", drop=5), Column("fits", ">", drop=3),
+            Column("peak per pipeline rank (GiB)", drop=0)]
+    out = []
     for r in rows:
         if r.error:
-            lines.append(f"  {r.label:<{wl}} invalid: {r.error}")
+            out.append((r.label, f"invalid: {r.error}"))
             continue
         x = r.result
-        per = " ".join(f"{m.total / GiB:.0f}" for m in x.memory)
         ex = x.breakdown.exposed_comm_s
-        exs = "/".join(f"{ex[k]:.2f}" for k in ("tp", "pp", "dp"))
-        lines.append(f"  {r.label:<{wl}} {fmt_time(x.step_time_s):>10} {100 * x.mfu:5.1f}% {100 * x.bubble_fraction:6.1f}% {exs:>21} "
-                     f"{x.peak_memory_bytes / GiB:7.1f}Gi {'yes' if x.fits_in_memory else 'NO':>4}   {per}")
-    return "\n".join(lines)
+        out.append([r.label, fmt_time(x.step_time_s), f"{100 * x.mfu:.1f}%", f"{100 * x.bubble_fraction:.1f}%",
+                    "/".join(f"{ex[k]:.2f}" for k in ("tp", "pp", "dp")), f"{x.peak_memory_bytes / GiB:.1f} GiB",
+                    "yes" if x.fits_in_memory else "NO", " ".join(f"{m.total / GiB:.0f}" for m in x.memory)])
+    return "\n".join(render(cols, out, width))
 
 
 def to_csv(rows: list[Row]) -> str:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from simtrain import __version__
+from simtrain import __version__, progress
 from simtrain.errors import Collector, ConfigError, Problem, ScheduleError
 from simtrain.hardware.devices import device_of
 from simtrain.hardware.topology import Topology, find_topology_file, load_topology
@@ -256,7 +256,8 @@ class PlanCache:
         return self.schedules[key]
 
     def topology(self, path: str | Path, nodes: int, *args: object, **kwargs: object) -> Topology:
-        key = (str(path), nodes, os.path.getmtime(path), args, tuple(sorted(kwargs.items())))
+        # repr: the topology overrides are a (nested, unhashable) mapping
+        key = (str(path), nodes, os.path.getmtime(path), repr(args), repr(sorted(kwargs.items())))
         if key not in self.topologies:
             self.topologies[key] = load_topology(path, nodes, *args, **kwargs)
         return self.topologies[key]
@@ -428,7 +429,7 @@ def search(path: str | Path, objective: str = "step_time", fixes: Sequence[str] 
     cands.sort(key=lambda c: (not c.est_fits, c.objective, c.plan))
     chosen = cands if exhaustive else cands[:max_candidates]
     points = [Point(extra + c.plan.overrides(), c.scenario, c.topology) for c in chosen]
-    for c, o in zip(chosen, run_factors(path, points)):
+    for o, c in zip(progress.track(run_factors(path, points), len(points), "search", "candidate"), chosen):
         if o.ok:
             c.result = o.result
             c.objective = objective_value(objective, c.result, c.scenario, price)
@@ -505,9 +506,14 @@ def best_scenario(res: SearchResult, path: Path) -> dict:
             doc.get(sec, {}).pop(key, None)
     if doc["parallel"].get("vpp") == 1 and doc["parallel"].get("schedule") != "interleaved_1f1b":
         doc["parallel"].pop("vpp")
-    t = find_topology_file(doc["cluster"]["topology"], path.parent)
+    topo = doc["cluster"]["topology"]          # a name or path, or {file: ..., overridden keys}
+    ref = topo.get("file") if isinstance(topo, dict) else topo
+    t = find_topology_file(ref, path.parent) if isinstance(ref, str) else None
     if t is not None:
-        doc["cluster"]["topology"] = str(Path(t).resolve())
+        if isinstance(topo, dict):
+            doc["cluster"]["topology"] = {**topo, "file": str(Path(t).resolve())}
+        else:
+            doc["cluster"]["topology"] = str(Path(t).resolve())
     for sec, key in (("cluster", "device_profile"), ("model", "hf_config")):
         v = (doc.get(sec) or {}).get(key) if isinstance(doc.get(sec), dict) else None
         if isinstance(v, str) and not Path(v).is_absolute() and (path.parent / v).exists():

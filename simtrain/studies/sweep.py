@@ -32,7 +32,6 @@ import argparse
 import csv
 import hashlib
 import io
-import itertools
 import json
 import os
 import signal
@@ -49,18 +48,19 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from simtrain.errors import Collector, ConfigError, Problem, SimtrainError
+from simtrain import progress
+from simtrain.errors import ConfigError, Problem, SimtrainError
 from simtrain.results.figures import plain, save_figure
 from simtrain.results.io import check_out_dir, write_atomic
 from simtrain.spec.files import parse_yaml, read_text
 from simtrain.spec.loading import load_scenario
-from simtrain.studies.compare import split_values
+from simtrain.spec.overrides import parse_axes, product
 from simtrain.studies.runner import Outcome, internal_error, run_factors
+from simtrain.studies.textable import Column, render, terminal_width
 from simtrain.units import fmt_bytes, fmt_time
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from typing import TextIO
 
     from distributed import Client
     from matplotlib.figure import Figure
@@ -78,32 +78,23 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS points (
 
 def parse_grid(grid: Sequence[str] | None, fixed: Sequence[str] = ()) -> list:
     """`--grid` arguments (`key=v1,v2`, commas inside brackets kept) -> list of override lists, first
-    axis varying slowest. `fixed` (`--set`) overrides come first in every point. Keys joined by `+`
-    move together (one axis, values joined by `+` too), for values that must change in step:
+    axis varying slowest. `fixed` (`--set`) overrides come first in every point; a `--set` with
+    several values is an axis too, after the grid's (the syntax and its meaning are
+    simtrain.spec.overrides', shared with `compare`). Keys joined by `+` move together (one axis,
+    values joined by `+` too), for values that must change in step:
 
         ["a.x=1,2", "b=p,q"]         -> [[a.x=1, b=p], [a.x=1, b=q], [a.x=2, b=p], [a.x=2, b=q]]
         ["n+d=32+8,64+16"]           -> [[n=32, d=8], [n=64, d=16]]"""
-    axes = []
-    errs = Collector("--grid")
-    for g in grid or ():
-        key, eq, val = g.partition("=")
-        if not eq or not key.strip() or not val.strip():
-            errs.add(g, "expected key.path=v1,v2,...", "write e.g. `--grid parallel.tp=4,8`")
-            continue
-        keys = [k.strip() for k in key.split("+")]
-        vals = split_values(val)
-        if len(keys) > 1:
-            split = [v.split("+") for v in vals]
-            bad = [v for v, parts in zip(vals, split) if len(parts) != len(keys)]
-            if bad:
-                errs.add(g, f"value {bad[0]!r} has {len(bad[0].split('+'))} parts for {len(keys)} keys",
-                         f"join exactly {len(keys)} values with `+`, e.g. `{key}={'+'.join(['1'] * len(keys))}`")
-                continue
-            axes.append([[f"{k}={x.strip()}" for k, x in zip(keys, parts)] for parts in split])
-        else:
-            axes.append([[f"{keys[0]}={v}"] for v in vals])
-    errs.raise_if_any()
-    return [list(fixed) + [o for part in combo for o in part] for combo in itertools.product(*axes)]
+    _, axes = parse_axes(grid, "--grid", always_axis=True)
+    fixed_vals, set_axes = parse_axes(fixed, "--set")
+    return [over for _, over in product(fixed_vals, axes + set_axes)]
+
+
+def grid_keys(grid: Sequence[str] | None, fixed: Sequence[str] = ()) -> list:
+    """The keys the grid varies (those of `--grid`, and of a `--set` with several values), in axis order."""
+    _, axes = parse_axes(grid, "--grid", always_axis=True)
+    _, set_axes = parse_axes(fixed, "--set")
+    return [k for a in axes + set_axes for k in a.keys]
 
 
 def _file_digest(path: str) -> str:
@@ -243,34 +234,22 @@ class SweepStats:
 
 
 class Progress:
-    """`sweep: 12/40 (3 cached, 1 failed) 2.31 points/s, ETA 12 s` on stderr: rewritten in place on a
-    terminal, one line every 2 s otherwise (logs stay short)."""
+    """The sweep's bar (simtrain.progress: points done of those to compute, rate, ETA; the cached and
+    failed counts beside it) on stderr, drawn only on a terminal and never under `quiet`."""
 
-    def __init__(self, total: int, cached: int, stream=None, quiet: bool = False):
-        self.total, self.cached, self.done, self.failed = total, cached, 0, 0
-        self.t0 = time.perf_counter()
-        self.last = 0.0
-        self.stream = stream or sys.stderr
-        self.quiet = quiet
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+    def __init__(self, total: int, cached: int, quiet: bool = False):
+        self.cached, self.failed = cached, 0
+        self.bar = None if quiet else progress.bar(total, "sweep", "point")
 
     def step(self, failed: bool) -> None:
-        self.done += 1
         self.failed += int(failed)
-        now = time.perf_counter()
-        if not self.quiet and (self.tty or now - self.last >= 2.0 or self.done == self.total):
-            self.last = now
-            self.write(now)
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{self.cached} cached, {self.failed} failed", refresh=False)
+            self.bar.update(1)
 
-    def write(self, now: float) -> None:
-        el = now - self.t0
-        rate = self.done / el if el > 0 else 0.0
-        left = self.total - self.done
-        eta = f"{left / rate:.0f} s" if rate > 0 else "?"
-        line = (f"sweep: {self.cached + self.done}/{self.cached + self.total} ({self.cached} cached, {self.failed} failed) "
-                f"{rate:.2f} points/s, ETA {eta}")
-        self.stream.write(("\r" + line + ("\n" if left == 0 else "")) if self.tty else line + "\n")
-        self.stream.flush()
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 PARENT_POLL_S = 0.5
@@ -349,8 +328,7 @@ def _iter_results(executor: str, jobs: list, client=None, workers: int | None = 
 
 def sweep(path: str | Path, grid: Sequence[str] | None, fixed: Sequence[str] = (), out: Path = Path("sweep"),
           executor: str = "serial", client: Client | None = None, workers: int | None = None,
-          on_row: Callable[[dict], None] | None = None, quiet: bool = False,
-          stream: TextIO | None = None) -> tuple[list[dict], SweepStats]:
+          on_row: Callable[[dict], None] | None = None, quiet: bool = False) -> tuple[list[dict], SweepStats]:
     """Runs the grid into `out/sweep.sqlite`; returns (rows of this grid sorted by key, SweepStats).
     `on_row(row)` is called after each row is committed (the tests interrupt a sweep with it)."""
     t0 = time.perf_counter()
@@ -377,18 +355,21 @@ def sweep(path: str | Path, grid: Sequence[str] | None, fixed: Sequence[str] = (
                 if key not in have:
                     todo.append((key, str(path), over))
         cached = sum(1 for k in keys if k in have)
-        prog = Progress(len(todo) + len(errors), cached, stream, quiet)
-        for row in errors:            # load errors are known already: store them first
-            store.put(row)
-            prog.step(True)
-            if on_row:
-                on_row(row)
-        for key, fields in _iter_results(executor, todo, client, workers):
-            row = {"key": key, "overrides": json.dumps(keys[key]), **fields}
-            store.put(row)
-            prog.step(row["status"] != "ok")
-            if on_row:
-                on_row(row)
+        prog = Progress(len(todo) + len(errors), cached, quiet)
+        try:
+            for row in errors:            # load errors are known already: store them first
+                store.put(row)
+                prog.step(True)
+                if on_row:
+                    on_row(row)
+            for key, fields in _iter_results(executor, todo, client, workers):
+                row = {"key": key, "overrides": json.dumps(keys[key]), **fields}
+                store.put(row)
+                prog.step(row["status"] != "ok")
+                if on_row:
+                    on_row(row)
+        finally:
+            prog.close()
         rows = store.rows(set(keys))
     finally:
         store.close()
@@ -408,15 +389,37 @@ def to_csv(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
-def table(rows: list[dict], limit: int = 40) -> str:
-    lines = [f"  {'overrides':48s} {'step':>10s} {'MFU':>6s} {'peak mem':>10s}  fits"]
+def varied(rows: list[dict]) -> tuple[list, list]:
+    """(keys whose values differ between the rows, in first-seen order; the overrides every row shares)."""
+    vals: dict = {}
+    for r in rows:
+        for o in json.loads(r["overrides"]):
+            k, _, v = o.partition("=")
+            vals.setdefault(k, []).append(v)
+    if len(rows) <= 1:
+        return list(vals), []
+    keys = [k for k, v in vals.items() if len(v) < len(rows) or len(set(v)) > 1]
+    common = [f"{k}={v[0]}" for k, v in vals.items() if k not in keys]
+    return keys, common
+
+
+def table(rows: list[dict], limit: int = 40, width: int | None = None) -> str:
+    """The rows, fastest first: each point named by the values of the keys that vary (never cut;
+    on a terminal of `width` columns the other columns are left out or the names wrap); the
+    overrides all points share on a line above."""
+    keys, common = varied(rows)
+    cols = [Column("point", key=True), Column("step", ">", drop=3), Column("MFU", ">", drop=1),
+            Column("peak mem", ">", drop=2), Column("fits", drop=0)]
+    out = []
     for r in sorted(rows, key=lambda r: (r["status"] != "ok", r["step_time_s"] or 0.0, r["key"]))[:limit]:
-        over = " ".join(json.loads(r["overrides"]))
+        over = [o for o in json.loads(r["overrides"]) if o.partition("=")[0] in keys]
+        name = " ".join(over) or "(the scenario as written)"
         if r["status"] == "ok":
-            lines.append(f"  {over[:48]:48s} {fmt_time(r['step_time_s']):>10s} {100 * r['mfu']:5.1f}% {fmt_bytes(r['peak_memory_bytes']):>10s}  "
-                         f"{'yes' if r['fits_in_memory'] else 'NO'}")
+            out.append([name, fmt_time(r["step_time_s"]), f"{100 * r['mfu']:.1f}%", fmt_bytes(r["peak_memory_bytes"]),
+                        "yes" if r["fits_in_memory"] else "NO"])
         else:
-            lines.append(f"  {over[:48]:48s} error: {r['error'].splitlines()[0][:120]}")
+            out.append((name, f"error: {r['error'].splitlines()[0][:200]}"))
+    lines = ([f"  every point: {' '.join(common)}"] if common else []) + render(cols, out, width)
     if len(rows) > limit:
         lines.append(f"  ... {len(rows) - limit} more rows in the store")
     return "\n".join(lines)
@@ -487,14 +490,12 @@ OUT_FILES = ("sweep.sqlite", "sweep.csv", "scaling.png")
 
 def check_plot_x(grid: Sequence[str] | None, key: str) -> None:
     """--plot-x must be a grid key whose values are numbers: checked before anything runs."""
-    values = {}
-    for g in grid or ():
-        k, _, val = g.partition("=")
-        keys = [x.strip() for x in k.split("+")]
-        for v in split_values(val):
-            parts = v.split("+") if len(keys) > 1 else [v]
-            for kk, vv in zip(keys, parts):
-                values.setdefault(kk, []).append(vv.strip())
+    values: dict = {}
+    for axis in parse_axes(grid, "--grid", always_axis=True)[1]:
+        for over in axis.values:
+            for o in over:
+                k, _, v = o.partition("=")
+                values.setdefault(k, []).append(v.strip())
     if key not in values:
         raise ConfigError([Problem("--plot-x", key, "is not a key of the grid",
                                    f"use one of: {', '.join(values)}" if values else "add it with --grid")])
@@ -556,7 +557,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"  {nd:>8,d} {step:8.3f}s {100 * mfu:5.1f}% {tps:12,.0f}" + (f"  {usd:8.3f}" if usd is not None else ""))
     print(f"sweep of {args.scenario}: {st.points} points, {st.distinct} distinct scenarios, {st.cached} from the store, "
           f"{st.computed} computed ({st.failed} failed) in {st.wall_s:.1f} s with the {args.executor} executor")
-    print(table(rows))
+    print(table(rows, width=terminal_width()))
     print(f"\n  wrote {out}/: sweep.sqlite (table points, keyed by the resolved scenario's hash) {wrote}")
     if st.failed:
         print(f"\n  {st.failed} of {st.distinct} points have no result (status error or failed in {out / 'sweep.csv'}); "

@@ -20,19 +20,20 @@ busbw   nccl-tests bus bandwidth of all-reduce and all-gather sweeps, each laid 
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import dataclasses
 import itertools
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
 import yaml
 
-from simtrain import resources
+from simtrain import progress, resources
 from simtrain.calibration.fit import fit_alpha_beta
 from simtrain.calibration.nccl_tests import bus_factor
 from simtrain.errors import Collector, SimtrainError
@@ -42,13 +43,14 @@ from simtrain.network.flows import FlowNetwork
 from simtrain.plan.grid import GroupShape, group_shape
 from simtrain.results.io import write_atomic
 from simtrain.simulate import simulate
-from simtrain.spec.loading import build_scenario
+from simtrain.spec.loading import apply_overrides, build_scenario
 
 VTRAIN = resources.VALIDATION / "vtrain"
 NCCL_TESTS = resources.VALIDATION / "nccl-tests" / "nccl_busbw.yaml"
 VTRAIN_PROFILE = "a100-megatron-deepspeed"
 VTRAIN_TOPOLOGY = resources.TOPOLOGIES / "vtrain-a100.yaml"
 VTRAIN_RUNS = {"multi": 109, "single": 1440}
+VTRAIN_SETS = ("multi", "single", "both")
 
 
 # --- vTrain iteration times --------------------------------------------------------------------
@@ -106,11 +108,14 @@ def _partial_node(gpus: int) -> str:
     return _partials[gpus]
 
 
-def evaluate_vtrain(name: str, limit: int | None = None, profile: str | None = VTRAIN_PROFILE) -> list[Run]:
+def evaluate_vtrain(name: str, limit: int | None = None, profile: str | None = VTRAIN_PROFILE,
+                   overrides: Sequence[str] = ()) -> list[Run]:
     """Simulates the runs of one set (multi or single; the first `limit` of them) with `profile`
-    (a shipped profile name or a file; None: the bare device preset)."""
+    (a shipped profile name or a file; None: the bare device preset) and `--set` `overrides`
+    applied to every run's scenario (a malformed one raises before anything is simulated)."""
     out = []
-    for i, r in enumerate(vtrain_rows(name)):
+    total = min(limit or VTRAIN_RUNS[name], VTRAIN_RUNS[name])
+    for i, r in enumerate(progress.track(vtrain_rows(name), total, f"vtrain {name}", "run")):
         if limit and i >= limit:
             break
         raw, measured, gpus = vtrain_scenario(r)
@@ -119,6 +124,12 @@ def evaluate_vtrain(name: str, limit: int | None = None, profile: str | None = V
         if gpus < 8:
             raw["cluster"]["nodes"] = 1
             raw["cluster"]["topology"] = _partial_node(gpus)
+        if overrides:
+            errs = Collector("--set")
+            raw = apply_overrides(raw, overrides, errs)
+            errs.raise_if_any()
+            if i == 0:     # an override the scenario rejects fails every run: say so once
+                build_scenario(copy.deepcopy(raw), Path.cwd() / f"{raw['name']}.yaml", Collector(raw["name"]))
         try:
             sc, topo = build_scenario(raw, Path.cwd() / f"{raw['name']}.yaml", Collector(raw["name"]))
             t0 = time.perf_counter()
@@ -144,12 +155,13 @@ def vtrain_summary(name: str, runs: list[Run]) -> str:
 
 
 def vtrain_report(sets: str = "multi", table: bool = False, profile: str | None = VTRAIN_PROFILE,
-                  limit: int | None = None, csv_out: str | None = None, out: TextIO | None = None) -> dict:
+                  limit: int | None = None, csv_out: str | None = None, out: TextIO | None = None,
+                  overrides: Sequence[str] = ()) -> dict:
     """Prints the report of `sets` (multi, single or both) on `out`; returns {set: runs}."""
     out = out or sys.stdout
     results = {}
     for s in (("multi", "single") if sets == "both" else (sets,)):
-        runs = evaluate_vtrain(s, limit, profile)
+        runs = evaluate_vtrain(s, limit, profile, overrides)
         results[s] = runs
         if table:
             print(f"{'run':48s} {'measured':>10} {'predicted':>10} {'error':>8}", file=out)
@@ -299,7 +311,8 @@ def busbw_report(out: TextIO | None = None) -> list:
     out-of-sample check; returns [(sweep id, topology, analytical summary, flow summary)]."""
     out = out or sys.stdout
     table = []
-    for e, tname in sweeps():
+    todo = list(sweeps())
+    for e, tname in progress.track(todo, len(todo), "busbw", "sweep"):
         n, nodes, coll = e["n_gpus"], e["n_nodes"], e["collective"]
         rows = predict(e, tname)
         print(f"\n{e['id']} ({coll}, {n} GPUs on {nodes} node(s), topology {tname}; confidence {e.get('confidence', '?')})", file=out)
@@ -362,7 +375,14 @@ def main(args: argparse.Namespace) -> int:
     """Entry of `simtrain validate vtrain|busbw` (arguments: simtrain.cli.validate)."""
     if args.what == "vtrain":
         profile = None if args.profile == "none" else args.profile
-        vtrain_report(args.set, args.table, profile, args.limit, args.csv)
+        runs, overrides = args.runs, []
+        for v in args.set or ():
+            if v in VTRAIN_SETS:         # the selector's former spelling, `--set both`
+                print(f"note: `--set {v}` selects the runs as `--runs {v}` (use that: --set overrides scenario keys)", file=sys.stderr)
+                runs = v
+            else:
+                overrides.append(v)
+        vtrain_report(runs, args.table, profile, args.limit, args.csv, overrides=overrides)
         return 0
     if args.fit:
         keys, sweep_id = args.fit

@@ -68,7 +68,7 @@ from simtrain.spec.files import load_yaml
 REPO_TOPOLOGIES = resources.TOPOLOGIES
 
 __all__ = ["BUILDERS", "Builder", "COLLECTIVES", "COMMON", "Fabric", "LinkClass", "Topology", "find_topology_file",
-           "load_topology", "parse_value", "path_class", "register", "shipped_topologies", "validate_map"]
+           "load_topology", "merge", "parse_value", "path_class", "register", "shipped_topologies", "validate_map"]
 
 
 def find_topology_file(ref: str, scenario_dir: Path | None) -> Path | None:
@@ -87,14 +87,28 @@ def find_topology_file(ref: str, scenario_dir: Path | None) -> Path | None:
     return None
 
 
-def load_topology(file: Path, nodes: int) -> Topology:
-    """Loads a topology file for `nodes` scale-up domains; every problem is reported at once as
-    `<file>: <key.path>: <problem>; <fix>`."""
+def merge(base: dict, over: dict) -> dict:
+    """`over` laid onto `base`: nested mappings merged key by key, anything else replaced.
+
+    >>> merge({"a": {"x": 1, "y": 2}, "b": 3}, {"a": {"y": 5}, "c": 4})
+    {'a': {'x': 1, 'y': 5}, 'b': 3, 'c': 4}"""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_topology(file: Path, nodes: int, overrides: dict | None = None) -> Topology:
+    """Loads a topology file for `nodes` scale-up domains, with `overrides` (a mapping of the
+    file's keys, e.g. {"scale_out": {"oversubscription": 2}}) laid onto it before it is checked;
+    every problem is reported at once as `<file>: <key.path>: <problem>; <fix>`."""
     errs = Collector(str(file))
     raw = load_yaml(file, errs, "give the path of a topology YAML (fix what is named)")
     if not isinstance(raw, dict):
         errs.add("", "a topology file must be a mapping", "start with `name:` and `kind:`")
         errs.raise_if_any()
+    if overrides:
+        raw = merge(raw, overrides)
     kind = raw.get("kind")
     if kind not in BUILDERS:
         errs.add("kind", f"unknown topology kind {kind!r}", f"use one of: {', '.join(sorted(BUILDERS))}")
