@@ -126,6 +126,12 @@ class Topology:
     def link_class_name(self, a: int, b: int) -> str:
         return self.fabric.link_class_name(a, b)
 
+    @property
+    def scale_up_mesh(self) -> bool:
+        """True where the devices of a scale-up domain are joined pairwise, one dedicated link per
+        pair (a full mesh: MLU-Link, xGMI); the `scale_up` link class is then one such link."""
+        return self.fabric.scale_up_mesh
+
     def link(self, a: int, b: int) -> LinkClass:
         return self._link_by_class(self.link_class_name(a, b))
 
@@ -155,6 +161,7 @@ class Fabric(ABC):
     fields), `build`, `leaf_of`, `device_id`, `route`, `link_class_name` and `_link_class`."""
 
     nodes_per_unit = 1
+    scale_up_mesh = False      # a domain's devices joined pairwise by dedicated links (see Topology)
 
     def __init__(self, topo: Topology):
         self.t = topo

@@ -163,6 +163,7 @@ class FatTree(Fabric):
         self.lpp = self.units * self.lu                                   # leaves per plane
         self._core_cache: dict = {}
         self._probes: dict = {}
+        self.scale_up_mesh = s.scale_up_topology == "full_mesh" and s.domain_topology is None and self.dpn > 1
 
     # ------------------------------------------------------------------ loading
     @classmethod
