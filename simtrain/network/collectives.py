@@ -235,12 +235,29 @@ def _params(topo: Topology) -> dict:
     return dict(getattr(topo, "collectives", None) or ())
 
 
+@dataclass(frozen=True)
+class LoadedShape(GroupShape):
+    """A group shape with the per-flow scale-out bandwidth its ring hops get from the placement:
+    the ring and hierarchical algorithms' network hops run at `ring_net_bw` (bytes/s, before
+    efficiency) instead of the full-load link class (analytical backend, `Topology.tier_bandwidth`)."""
+    ring_net_bw: float = 0.0
+
+
+def _ring_net(topo: Topology, g: GroupShape) -> float:
+    """Per-rank network bandwidth of a ring hop: the placement's share where the backend gave it
+    (an oversubscribed tier that the ring's own concurrent flows do not fill), else the link class."""
+    bw = getattr(g, "ring_net_bw", 0.0)
+    if bw > 0:
+        return bw * topo._link_by_class(_net_class(g)).efficiency
+    return _net(topo, g.leaves, g)
+
+
 def _ring_bw(g: GroupShape, topo: Topology) -> float:
     b_up = _up(topo, g)
     if not g.spans_nodes:
         return b_up
     k = g.min_per_node or g.per_node
-    b_net = _net(topo, g.leaves, g)
+    b_net = _ring_net(topo, g)
     return min(b_up, k * b_net) if k > 1 else b_net
 
 
@@ -323,7 +340,7 @@ def _hierarchical(coll, n, g, topo):
     if not g.spans_nodes or g.per_node == 1 or not g.uniform:
         return None
     k, N = g.per_node, g.nodes
-    b_up, b_net = _up(topo, g), _net(topo, g.leaves, g)
+    b_up, b_net = _up(topo, g), _ring_net(topo, g)
     intra = (k - 1) / k * n / b_up
     inter_t = _factor(coll, N) * (n / k) / b_net
     inter = _ring_steps(coll, N)

@@ -142,6 +142,16 @@ class Topology:
         """The link class of the widest hop a group of devices spans (for collectives)."""
         return self.fabric.span_class(devices)
 
+    @property
+    def oversubscribed(self) -> bool:
+        """True where `tier_bandwidth` can answer (an oversubscribed tier with a closed form)."""
+        return self.fabric.oversubscribed
+
+    def tier_bandwidth(self, src: np.ndarray, dst: np.ndarray) -> float | None:
+        """Per-flow bandwidth of the slowest of these concurrent flows on the oversubscribed
+        tiers, alone on the fabric (`Fabric.tier_bandwidth`); None: the full-load link class."""
+        return self.fabric.tier_bandwidth(src, dst)
+
     def placement_levels(self) -> list:
         """Nested containers for topology-aware placement, coarsest first: per level, the
         container of each node (e.g. [pod of node, unit of node] on a three-level fat-tree)."""
@@ -162,6 +172,7 @@ class Fabric(ABC):
 
     nodes_per_unit = 1
     scale_up_mesh = False      # a domain's devices joined pairwise by dedicated links (see Topology)
+    oversubscribed = False     # has a tier that `tier_bandwidth` answers for
 
     def __init__(self, topo: Topology):
         self.t = topo
@@ -214,6 +225,14 @@ class Fabric(ABC):
         names: dict = {}
         codes = np.asarray([names.setdefault(n, len(names)) for n in self.link_class_names(a, b)], dtype=np.int64)
         return codes, list(names)
+
+    def tier_bandwidth(self, src: np.ndarray, dst: np.ndarray) -> float | None:
+        """Per-flow bandwidth (bytes/s, before efficiency) of the slowest of these concurrent,
+        equal-sized flows (device src[i] -> dst[i]) on the fabric's oversubscribed tiers when
+        nothing else runs, or None where the full-load link class stands (no oversubscribed tier,
+        or no closed form for this builder). The analytical backend times a ring's network hops
+        with it, as the flow backend's max-min sharing does (fat-tree: perfect ECMP spreading)."""
+        return None
 
     def span_class(self, devices: Iterable[int]) -> str:
         t = self.t
