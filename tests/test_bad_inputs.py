@@ -31,6 +31,18 @@ TOPOLOGY = {
 }
 TORUS = {"name": "t", "kind": "torus", "dims": [4, 4], "devices_per_router": 1,
          "injection": {"bandwidth": "300 GB/s", "latency": "0 us"}, "links": {"bandwidth": "50 GB/s", "latency": "1 us"}}
+# two nodes of two devices on a scale-up switch each, device k of each node on rail leaf k, no spine:
+# a device reaches the other rail only through its node-mate
+_NIC = {"bandwidth": "400 Gb/s", "latency": "1 us"}
+RAIL_ONLY = {
+    "name": "rails", "kind": "explicit", "devices_per_node": 2, "devices": ["n0.g0", "n0.g1", "n1.g0", "n1.g1"],
+    "switches": [{"name": "n0.sw", "kind": "scale_up_switch"}, {"name": "n1.sw", "kind": "scale_up_switch"},
+                 {"name": "leaf0", "kind": "leaf"}, {"name": "leaf1", "kind": "leaf"}],
+    "links": [{"a": f"n{n}.g{k}", "b": f"n{n}.sw", "bandwidth": "300 GB/s", "latency": "1 us"} for n in (0, 1) for k in (0, 1)]
+    + [{"a": f"n{n}.g{k}", "b": f"leaf{k}", **_NIC} for n in (0, 1) for k in (0, 1)],
+}
+# the same two nodes with no link between them at all
+ISLANDS = dict(RAIL_ONLY, links=RAIL_ONLY["links"][:4])
 SCENARIO = {
     "name": "small",
     "model": {"architecture": "gpt", "num_layers": 8, "hidden_size": 256, "num_attention_heads": 8,
@@ -205,6 +217,11 @@ CASES = [
     Case("set-joined-keys-value-count", "--set parallel.tp+parallel.pp", "2 keys", argv=("--set", "parallel.tp+parallel.pp=1+2+3")),
     Case("set-empty-key-part", "--set parallel..tp", "empty", argv=("--set", "parallel..tp=2")),
     Case("set-schedule-csv-missing-from-cwd", "parallel.schedule_csv", "", argv=("--set", "parallel.schedule_csv=nope.csv")),
+    # topology builders and the network seam: explicit fabrics whose device pairs lack a route
+    Case("explicit-transit-only", "devices[3]", "allow_device_transit", topology=RAIL_ONLY, set=(("cluster.nodes", "2"),)),
+    Case("explicit-no-route", "devices[2]", "no route between", topology=ISLANDS, set=(("cluster.nodes", "2"),)),
+    Case("explicit-transit-not-bool", "allow_device_transit", "", topology=RAIL_ONLY, set=(("cluster.nodes", "2"),),
+         topo=(("allow_device_transit", "maybe"),)),
 ]
 
 

@@ -302,3 +302,59 @@ def test_busbw_sweeps_within_15_percent():
     for sid, floor in WITHIN_TODAY.items():
         rows = bb.predict(*by_id[sid], flow=False)
         assert sum(abs(r.err_a) <= 0.15 for r in rows) >= floor, sid
+
+
+# ---------------------------------------------------------------------------------------------
+# full-mesh scale-up domains (MLU-Link): every link in parallel
+
+MESH = ROOT / "topologies" / "mlu590-mlulink.yaml"
+SWITCHED = ROOT / "topologies" / "mlu590.yaml"
+
+
+@pytest.mark.parametrize("coll, phases", [("all_gather", 1), ("reduce_scatter", 1), ("all_reduce", 2)])
+def test_full_mesh_collectives_use_every_link(coll, phases):
+    """Hand derivation, mlu590-mlulink (8 cards, 300 GB/s per card over 7 links of 300/7 GB/s,
+    efficiency 1, no overhead), n = 1 GiB inside one server: each card sends n/8 to each of its 7
+    peers at once, each over its own link, so a phase takes (n/8) / (300/7 GB/s) = 7/8 x n / 300
+    GB/s = 3.1317 ms, and the latency is NCCL's ring Simple base 8.4 us + 3.4 us per phase. Both
+    backends run the mesh algorithm and agree; a ring (named) uses one link per card: 7x slower."""
+    t = load_topology(MESH, 2)
+    n = 2 ** 30
+    g = group_shape(list(range(8)), t)
+    want = phases * (n / 8) / (300e9 / 7) + (8.4 + 3.4 * phases) * 1e-6
+    c = choose(coll, n, g, t)
+    assert (c.algorithm, c.protocol) == ("mesh", "Simple")
+    assert c.seconds == pytest.approx(want, rel=1e-12)
+    assert phases * 7 / 8 * n / 300e9 == pytest.approx(c.transfer, rel=1e-12)
+    flow = FlowNetwork(t).select(coll, n, [list(range(8)), list(range(8, 16))])[0]
+    assert (flow.algorithm, flow.seconds) == ("mesh", pytest.approx(want, rel=1e-9))
+    ring = choose(coll, n, g, t, "ring", "Simple")
+    assert ring.transfer == pytest.approx(7 * c.transfer, rel=1e-12)
+
+
+def test_mesh_and_switched_mlu590_give_consistent_tp_all_gathers():
+    """The two MLU590 files give a card the same 300 GB/s: a tp 8 all-gather moves 7/8 x n over
+    300 GB/s on both (switch: a ring over the switch; mesh: 7 links at once), so the transfer terms
+    are equal and the mesh is faster only by its latency, 1 step against the ring's 7 (6 x 3.4 us =
+    20.4 us less). Expected ratio mesh / switch: 1 - 20.4 us / 227.9 us = 0.9105 at 64 MiB (the
+    4096 tokens x 8192 hidden x 2 bytes: a Llama-3 70B sequence-parallel all-gather), 0.9936 at 1 GiB; it was 6.15 at
+    64 MiB when the mesh ran a ring over one link (1402.3 us)."""
+    n = 64 * 2 ** 20
+    mesh, sw = load_topology(MESH, 2), load_topology(SWITCHED, 2)
+    a = choose("all_gather", n, group_shape(list(range(8)), mesh), mesh)
+    b = choose("all_gather", n, group_shape(list(range(8)), sw), sw)
+    assert (a.algorithm, b.algorithm) == ("mesh", "ring")
+    assert a.transfer == pytest.approx(b.transfer, rel=1e-12) == 7 / 8 * n / 300e9
+    assert b.seconds - a.seconds == pytest.approx(6 * 3.4e-6, rel=1e-9)
+    assert a.seconds / b.seconds == pytest.approx(0.9105, abs=1e-4)
+
+
+def test_full_mesh_direct_all_to_all_uses_every_link():
+    """Direct all-to-all inside one mlu590-mlulink server: n/8 to each peer over its own link,
+    (n/8) / (300/7 GB/s) + 8.4 + 3.4 us; the flow backend's direct phase gives the same."""
+    t = load_topology(MESH, 1)
+    n = 2 ** 28
+    want = (n / 8) / (300e9 / 7) + 11.8e-6
+    c = cost("all_to_all", n, group_shape(list(range(8)), t), t, "direct", "Simple")
+    assert c.seconds == pytest.approx(want, rel=1e-12)
+    assert FlowNetwork(t).cost("all_to_all", n, [list(range(8))], "direct", "Simple")[0].seconds == pytest.approx(want, rel=1e-9)

@@ -1,10 +1,12 @@
 """Placement policies: rank -> device maps, their validation, the check warning, and their effect
 on a contended fabric."""
 import pytest
-from conftest import small_scenario, write
+from conftest import ROOT, small_scenario, write
 
 from simtrain.cli.main import main
 from simtrain.errors import ConfigError
+from simtrain.hardware.topology import load_topology
+from simtrain.network.analytical import ring_flows
 from simtrain.plan.grid import RankGrid, placement
 from simtrain.simulate import simulate
 from simtrain.spec.loading import load_scenario
@@ -146,3 +148,44 @@ def test_topology_aware_placement_is_accepted_in_a_scenario(tmp_path):
     assert sorted(place) == list(range(16))
     assert all(len({t.node_of(place[r]) for r in g}) == 1 for g in grid.groups("tp"))
     assert simulate(sc, t).result.step_time_s > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# oversubscription: the closed form and the flow backend on an uncontended fabric
+
+PLACEMENT = ROOT / "scenarios" / "llama3-70b-a100-1024-placement.yaml"
+
+
+def test_tier_bandwidth_of_a_ring_on_the_2to1_fabric():
+    """Hand derivation, dgx-a100-2to1 at 128 nodes (16-node leaves, 8 spines, 2:1): a leaf's
+    uplink to each spine carries 16 x 8 x 25 GB/s / 8 / 2 = 200 GB/s, 1.6 TB/s in all. The 8 dp
+    rings of tp 8 x dp 128 (one per GPU index, nodes in order) leave each leaf by one hop each: 8
+    flows, 200 GB/s each, so a flow runs at its NIC's 25 GB/s. Scattered (node k on leaf k mod 8),
+    every hop leaves its leaf: 16 x 8 = 128 flows share 1.6 TB/s, 12.5 GB/s (the full-load value)."""
+    topo = load_topology(ROOT / "topologies" / "dgx-a100-2to1.yaml", 128)
+    g = RankGrid(8, 1, 128, 1)
+    for policy, want in (("megatron", 25e9), ("scattered", 12.5e9)):
+        src, dst = ring_flows(g, "dp", placement(g, topo, policy), topo)[0]
+        assert topo.tier_bandwidth(src, dst) == pytest.approx(want, rel=1e-12)
+    assert topo.link(0, 40 * 8).bw == 12.5e9           # the full-load link class is unchanged
+    assert load_topology(ROOT / "topologies" / "dgx-a100.yaml", 128).tier_bandwidth(src, dst) is None
+
+
+def test_oversubscription_effect_agrees_between_backends():
+    """The shipped placement scenario (tp 8, dp 128, Megatron order) on dgx-a100 and its 2:1
+    twin under both backends. Hand derivation (above): the rings' 8 flows per leaf leave each at
+    its NIC rate on the 2:1 fabric too, so the dp all-gather (17.64 GB, 127/128 of it over 25 GB/s
+    x 0.86) and the step do not change, and the effect of the 2:1 fabric is 0 in both backends
+    (it was +17.2 % in the closed form, which charged every ring hop the full-load 12.5 GB/s, and
+    0 in the flow backend). Tolerance 0.5 percentage points: what the closed form leaves out is
+    ECMP hash collisions and overlap between ops, and here even all 8 flows of a leaf hashed onto
+    one 200 GB/s uplink still run at 25 GB/s, so neither can move the step; the tolerance only
+    absorbs float noise and guards the sign and size of the effect."""
+    t = {}
+    for backend in ("analytical", "flow"):
+        for fabric in ("dgx-a100", "dgx-a100-2to1"):
+            sc, topo = load_scenario(PLACEMENT, [f"network.backend={backend}", f"cluster.topology={fabric}"])
+            t[backend, fabric] = simulate(sc, topo).result.step_time_s
+    effect = {b: t[b, "dgx-a100-2to1"] / t[b, "dgx-a100"] - 1 for b in ("analytical", "flow")}
+    assert abs(effect["analytical"] - effect["flow"]) <= 0.005
+    assert abs(effect["analytical"]) <= 0.005

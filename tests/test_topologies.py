@@ -14,6 +14,8 @@ from simtrain.errors import ConfigError
 from simtrain.hardware.topology import load_topology, shipped_topologies
 from simtrain.network.flows import FlowNetwork
 from simtrain.plan.grid import RankGrid, placement
+from simtrain.simulate import simulate
+from simtrain.spec.loading import load_scenario
 
 
 def kinds(g):
@@ -315,6 +317,49 @@ def test_explicit_bad_reference_names_its_key_path(tmp_path):
     f.write_text(text)
     with pytest.raises(ConfigError, match=r"x.yaml: links\[\d+\]\.b: unknown element 'leaf9'; did you mean `leaf\d`\?"):
         load_topology(f, 4)
+
+
+def _rail_only(tmp_path, transit: bool):
+    """explicit-example without its spine: rail leaf k joins GPU k of every node, so GPU 0 of a
+    node reaches GPU 1 of another only through a GPU (its node-mate over NVLink, or the peer's)."""
+    text = "".join(line for line in (ROOT / "topologies" / "explicit-example.yaml").read_text().splitlines(True)
+                   if "spine" not in line)
+    return write(tmp_path / "rails.yaml", text + ("allow_device_transit: true\n" if transit else ""))
+
+
+def test_explicit_pair_joined_only_through_a_device_is_refused(tmp_path):
+    """Device 0 (n0.gpu0) reaches n0.gpu1 (NVSwitch) and n1.gpu0 (rail 0) directly, n1.gpu1 only
+    through one of them: one error naming the pair, the device on the way and the fix."""
+    f = _rail_only(tmp_path, False)
+    with pytest.raises(ConfigError) as e:
+        load_topology(f, 4)
+    assert len(e.value.problems) == 1
+    assert str(e.value) == (f"{f}: devices[3]: n0.gpu0 and n1.gpu1 are joined only through another device (n0.gpu1 "
+                            "on the way), and a plan's communication group may need the pair; link both to a common "
+                            "switch or NIC, or set `allow_device_transit: true` if the fabric forwards through devices "
+                            "(e.g. PXN)")
+
+
+def test_explicit_check_counts_only_the_domains_in_use(tmp_path):
+    """On one node the rail-only fabric is fine: both GPUs share the node's NVSwitch."""
+    assert load_topology(_rail_only(tmp_path, False), 1).num_devices == 2
+
+
+@pytest.mark.parametrize("backend", ["analytical", "flow"])
+def test_explicit_device_transit_when_allowed(tmp_path, backend):
+    """With allow_device_transit the route n0.gpu0 -> n1.gpu1 is one of the two shortest paths
+    through a GPU (6 hops: via rail 0 and n1.gpu0, or via n0.gpu1 and rail 1), and a dp 8 ring
+    over every GPU runs under both backends (the flow backend routes its flows through the GPU)."""
+    f = _rail_only(tmp_path, True)
+    t = load_topology(f, 4)
+    routes = t.fabric.paths("n0.gpu0", "n1.gpu1")
+    assert routes == [("n0.gpu0", "n0.nic0", "leaf0", "n1.nic0", "n1.gpu0", "n1.nvswitch", "n1.gpu1"),
+                      ("n0.gpu0", "n0.nvswitch", "n0.gpu1", "n0.nic1", "leaf1", "n1.nic1", "n1.gpu1")]
+    assert t.route(0, 2) == ("n0.gpu0", "n0.nic0", "leaf0", "n1.nic0", "n1.gpu0")   # no transit where none is needed
+    sc, topo = load_scenario(small_scenario(tmp_path, f, nodes=4, parallel={"tp": 1, "pp": 1, "dp": 8},
+                                            network={"backend": backend}))
+    r = simulate(sc, topo).result
+    assert math.isfinite(r.step_time_s) and r.step_time_s > 0
 
 
 @pytest.mark.parametrize("text, match", [

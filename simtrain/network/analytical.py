@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from simtrain.hardware.topology import Topology
 from simtrain.network.backend import CollectiveChoice, Timing
-from simtrain.network.collectives import Cost, choose, p2p_time
-from simtrain.plan.grid import GroupShape, RankClass
+from simtrain.network.collectives import Cost, LoadedShape, choose, p2p_time
+from simtrain.plan.grid import GroupShape, RankClass, RankGrid
 from simtrain.spec.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -30,6 +30,25 @@ class AnalyticalBackend:
         self.tables = tuple(tables or ())
         self.notes: set = set()
         self.chosen: dict = {}       # (kind, collective, bytes, group shape) -> Cost
+        p = sc.parallel
+        self.grid = RankGrid(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp)
+        self.place = place
+        self.moe = sc.model.moe is not None
+        self._shapes: dict = {}      # (kind, stage) -> the shape with its ring's tier bandwidth
+
+    def loaded_shape(self, kind: str, c: RankClass) -> GroupShape:
+        """The class's group shape; on a fabric with an oversubscribed tier (`Topology.tier_bandwidth`),
+        with the per-flow bandwidth the ring hops of every group of the kind in the class's
+        pipeline stage get when they run at once (the flow backend's concurrent set), so that an
+        uncontended collective is not charged the full-load oversubscribed bandwidth."""
+        shape = c.shape_of(kind)
+        if not shape.spans_nodes or not self.topo.oversubscribed:
+            return shape
+        if (kind, c.stage) not in self._shapes:
+            for stage, (src, dst) in ring_flows(self.grid, kind, self.place, self.topo).items():
+                self._shapes[(kind, stage)] = self.topo.tier_bandwidth(src, dst) if src else None
+        bw = self._shapes.get((kind, c.stage))
+        return shape if bw is None else LoadedShape(**vars(shape), ring_net_bw=bw)
 
     def shape_cost(self, collective: str, nbytes: float, shape: GroupShape) -> Cost:
         """The Cost of a collective over a group of this shape (the scenario's algorithm and
@@ -39,7 +58,7 @@ class AnalyticalBackend:
                       self.tables, self.notes)
 
     def collective(self, collective: str, nbytes: float, kind: str, c: RankClass) -> Timing:
-        shape = c.shape_of(kind)
+        shape = self.loaded_shape(kind, c)
         key = (kind, collective, nbytes, shape)
         pick = self.chosen.get(key)
         if pick is None:
@@ -58,3 +77,32 @@ class AnalyticalBackend:
 
     def links(self, ops: list[EOp], timeline: Timeline) -> tuple:
         return None, None
+
+
+def ring_flows(grid: RankGrid, kind: str, place: list | None, topo: Topology) -> dict:
+    """Per pipeline stage, (sources, destinations) of the network flows of one ring step run by
+    every group of `kind` in the stage at once, as the flow backend lays them out: member i sends
+    to member i+1 (the last to the first); a hop between two nodes is striped member c to member
+    c over the k members each node holds (NCCL's channels), so it is k flows."""
+    out: dict = {}
+    for g in grid.groups(kind):
+        src, dst = out.setdefault(grid.coords(g[0])["stage"], ([], []))
+        devs = [place[r] for r in g] if place else list(g)
+        by_node: dict = {}
+        for d in devs:
+            by_node.setdefault(topo.node_of(d), []).append(d)
+        if len(by_node) <= 1:
+            continue
+        for a, b in zip(devs, devs[1:] + devs[:1]):
+            na, nb = topo.node_of(a), topo.node_of(b)
+            if na == nb:
+                continue
+            on_a, on_b = by_node[na], by_node[nb]
+            k = min(len(on_a), len(on_b))
+            if k <= 1:
+                src.append(a)
+                dst.append(b)
+            else:
+                src += on_a[:k]
+                dst += on_b[:k]
+    return out

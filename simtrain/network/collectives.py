@@ -43,9 +43,18 @@ hierarchical and pairwise (other libraries' algorithms) run when the scenario na
                    receives the result once, n / (bandwidth x nvls efficiency); a pipeline of
                    chunk rounds where the fabric gives `collectives.nvls_chunk_cost` (below)
   nvls_tree        NVLS inside each node, a tree across nodes (all-reduce)
+  mesh             a full-mesh domain (`scale_up.topology: full_mesh`; MLU-Link, xGMI), inside
+                   one domain: every member sends its n/p to every peer at once, each over the
+                   pair's dedicated link, as Cambricon CNCL and AMD RCCL use all links of a mesh;
+                   all-gather / reduce-scatter in one step, (p-1)/p x n / ((p-1) x link bandwidth),
+                   all-reduce as both, two steps (a ring uses one link per member: p-1 times slower).
+                   Neither library publishes a latency model: NCCL's ring terms per step are used
+                   (assumed). Worked example (8 MLU590s, 300 GB/s over 7 links of 42.86 GB/s, 1 GiB
+                   all-gather, Simple, no overhead): 8.4 + 3.4 us + 7/8 x 2^30 / 300e9 = 3.144 ms
   pairwise         all-to-all in p-1 steps; the inter-node part limited by one NIC share per rank
                    (all-to-all cannot aggregate NICs: nccl-tests issues #130/#267, maintainers)
-  direct           all-to-all in one step, every pair at once (same bandwidth bound)
+  direct           all-to-all in one step, every pair at once (same bandwidth bound; on a full
+                   mesh each pair on its own link, so inside a domain k-1 links at once)
 
 Worked example (ring all-reduce, Simple, 8 devices in one node, 100 GB/s, efficiency 1, no
 overhead, n = 1 GB): 8.4 us + 14 x 3.4 us + 14/8 x 1e9 / 100e9 = 17.556 ms.
@@ -201,6 +210,13 @@ def _up(topo: Topology, g: GroupShape | None = None) -> float:
     return link.bw * link.efficiency
 
 
+def _up_all(topo: Topology, g: GroupShape, peers: int) -> float:
+    """Per-rank bandwidth sending to `peers` members of its domain at once: the scale-up link on a
+    switch; on a full mesh (`Topology.scale_up_mesh`) one dedicated link per peer, so peers x link."""
+    b = _up(topo, g)
+    return b * peers if topo.scale_up_mesh and peers > 1 else b
+
+
 def _net_class(g: GroupShape) -> str:
     """The link class of the group's widest scale-out hop: the topology's span class where it is
     one of the wide ones (spine, core, cross-plane), else leaf or spine by the leaves spanned."""
@@ -219,12 +235,29 @@ def _params(topo: Topology) -> dict:
     return dict(getattr(topo, "collectives", None) or ())
 
 
+@dataclass(frozen=True)
+class LoadedShape(GroupShape):
+    """A group shape with the per-flow scale-out bandwidth its ring hops get from the placement:
+    the ring and hierarchical algorithms' network hops run at `ring_net_bw` (bytes/s, before
+    efficiency) instead of the full-load link class (analytical backend, `Topology.tier_bandwidth`)."""
+    ring_net_bw: float = 0.0
+
+
+def _ring_net(topo: Topology, g: GroupShape) -> float:
+    """Per-rank network bandwidth of a ring hop: the placement's share where the backend gave it
+    (an oversubscribed tier that the ring's own concurrent flows do not fill), else the link class."""
+    bw = getattr(g, "ring_net_bw", 0.0)
+    if bw > 0:
+        return bw * topo._link_by_class(_net_class(g)).efficiency
+    return _net(topo, g.leaves, g)
+
+
 def _ring_bw(g: GroupShape, topo: Topology) -> float:
     b_up = _up(topo, g)
     if not g.spans_nodes:
         return b_up
     k = g.min_per_node or g.per_node
-    b_net = _net(topo, g.leaves, g)
+    b_net = _ring_net(topo, g)
     return min(b_up, k * b_net) if k > 1 else b_net
 
 
@@ -307,7 +340,7 @@ def _hierarchical(coll, n, g, topo):
     if not g.spans_nodes or g.per_node == 1 or not g.uniform:
         return None
     k, N = g.per_node, g.nodes
-    b_up, b_net = _up(topo, g), _net(topo, g.leaves, g)
+    b_up, b_net = _up(topo, g), _ring_net(topo, g)
     intra = (k - 1) / k * n / b_up
     inter_t = _factor(coll, N) * (n / k) / b_net
     inter = _ring_steps(coll, N)
@@ -333,6 +366,19 @@ def _nvls_tree(coll, n, g, topo):
     return 1, 2 * math.ceil(math.log2(g.nodes)), max(tree_intra_seconds("nvls_tree", n, g, topo), inter)
 
 
+@register("mesh", "ring", ("all_reduce", "reduce_scatter", "all_gather"),
+          "direct over a full mesh: every member sends to every peer at once over its dedicated link "
+          "(Cambricon CNCL on MLU-Link, AMD RCCL on xGMI); latency terms assumed as NCCL's ring per step")
+def _mesh(coll, n, g, topo):
+    if g.spans_nodes or not topo.scale_up_mesh:
+        return None
+    p = g.size
+    # each member sends n/p to each of its p-1 peers (all-gather: its shard; reduce-scatter: the
+    # peer's shard of its buffer) over p-1 links at once: (p-1)/p x n / ((p-1) x link)
+    t = (p - 1) / p * n / _up_all(topo, g, p - 1)
+    return (2, 0, 2 * t) if coll == "all_reduce" else (1, 0, t)
+
+
 @register("pairwise", "ring", ("all_to_all",), "pairwise-exchange all-to-all", tuned=False)
 def _pairwise(coll, n, g, topo):
     p = g.size
@@ -347,9 +393,9 @@ def _pairwise(coll, n, g, topo):
 def _direct(coll, n, g, topo):
     p = g.size
     if not g.spans_nodes:
-        return 1, 0, (p - 1) / p * n / _up(topo, g)
+        return 1, 0, (p - 1) / p * n / _up_all(topo, g, p - 1)
     k, kmin = g.per_node, g.min_per_node or g.per_node
-    return 0, 1, max((k - 1) / p * n / _up(topo, g), (p - kmin) / p * n / _net(topo, g.leaves, g))
+    return 0, 1, max((k - 1) / p * n / _up_all(topo, g, k - 1), (p - kmin) / p * n / _net(topo, g.leaves, g))
 
 
 def steps(coll: str, n: float, g: GroupShape, topo: Topology, algorithm: str) -> tuple | None:

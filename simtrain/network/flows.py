@@ -145,6 +145,13 @@ def halving_doubling_phases(coll: str, p: int, n: float) -> list:
     return rs + ag
 
 
+def mesh_phases(coll: str, p: int, n: float) -> list:
+    """Direct over a full mesh: every member sends n/p to every other at once (all-gather: its
+    shard; reduce-scatter: the peer's shard), one phase; all-reduce is both, two phases."""
+    step = [(i, j, n / p) for i in range(p) for j in range(p) if i != j]
+    return [step, step] if coll == "all_reduce" else [step]
+
+
 def pairwise_all_to_all_phases(coll: str, p: int, n: float) -> list:
     """Pairwise exchange: p-1 steps, step k sends n/p to member i+k."""
     return [[(i, (i + k) % p, n / p) for i in range(p)] for k in range(1, p)]
@@ -194,15 +201,16 @@ def tree_network_transfers(group_nodes: list, n: float, two_node_saving: bool = 
 
 
 FLOW_ALGORITHMS = {
-    "all_reduce": ("ring", "halving_doubling", "hierarchical"),
-    "reduce_scatter": ("ring", "halving_doubling", "hierarchical"),
-    "all_gather": ("ring", "halving_doubling", "hierarchical"),
+    "all_reduce": ("ring", "halving_doubling", "hierarchical", "mesh"),
+    "reduce_scatter": ("ring", "halving_doubling", "hierarchical", "mesh"),
+    "all_gather": ("ring", "halving_doubling", "hierarchical", "mesh"),
     "all_to_all": ("direct", "pairwise"),
 }
 
 PHASES = {
     "ring": (ring_phases, "ring (Patarasuk & Yuan 2009)"),
     "halving_doubling": (halving_doubling_phases, "recursive halving-doubling (Thakur, Rabenseifner & Gropp 2005)"),
+    "mesh": (mesh_phases, "direct over a full mesh (every peer at once, one link each)"),
     "pairwise": (pairwise_all_to_all_phases, "pairwise-exchange all-to-all"),
     "direct": (direct_all_to_all_phases, "direct all-to-all"),
 }
@@ -350,7 +358,8 @@ class FlowNetwork:
         runs it. An all-reduce for which the closed form picks (`auto`) or the scenario names NVLS
         or a tree runs in their flow form (`_nvls`, `_tree`); otherwise the named algorithm if it
         has phases, else (and for `auto`) the first of FLOW_ALGORITHMS: ring, or direct for
-        all-to-all; the fastest protocol (flows are timed once; protocols rescale them)."""
+        all-to-all; inside one full-mesh domain the mesh algorithm where the closed form picks it;
+        the fastest protocol (flows are timed once; protocols rescale them)."""
         if coll == "all_reduce" and named in ("auto", "nvls", "tree", "nvls_tree"):
             g = group_shape(groups[0], self.topo)
             algorithm = choose(coll, n, g, self.topo, named, protocol).algorithm
@@ -360,6 +369,13 @@ class FlowNetwork:
                 return self._tree(n, g, groups, algorithm, protocol)
         ring = FLOW_ALGORITHMS[coll][0]
         protos = PROTOCOLS if protocol == "auto" else (protocol,)
+        if named in ("auto", "mesh") and coll != "all_to_all" and self.topo.scale_up_mesh:
+            # a group inside one full-mesh domain: the mesh algorithm where the closed form would
+            # pick it (or it is named), so that both backends run the same algorithm
+            g = group_shape(groups[0], self.topo)
+            if steps(coll, n, g, self.topo, "mesh") is not None and (
+                    named == "mesh" or choose(coll, n, g, self.topo, "auto", protocol).algorithm == "mesh"):
+                return self.best(coll, n, groups, "mesh", protos)
         try:
             return self.best(coll, n, groups, named if named in FLOW_ALGORITHMS[coll] else ring, protos)
         except ValueError:      # the named algorithm does not fit this group: the ring does

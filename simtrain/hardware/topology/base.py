@@ -126,6 +126,12 @@ class Topology:
     def link_class_name(self, a: int, b: int) -> str:
         return self.fabric.link_class_name(a, b)
 
+    @property
+    def scale_up_mesh(self) -> bool:
+        """True where the devices of a scale-up domain are joined pairwise, one dedicated link per
+        pair (a full mesh: MLU-Link, xGMI); the `scale_up` link class is then one such link."""
+        return self.fabric.scale_up_mesh
+
     def link(self, a: int, b: int) -> LinkClass:
         return self._link_by_class(self.link_class_name(a, b))
 
@@ -135,6 +141,16 @@ class Topology:
     def span_class(self, devices: Iterable[int]) -> str:
         """The link class of the widest hop a group of devices spans (for collectives)."""
         return self.fabric.span_class(devices)
+
+    @property
+    def oversubscribed(self) -> bool:
+        """True where `tier_bandwidth` can answer (an oversubscribed tier with a closed form)."""
+        return self.fabric.oversubscribed
+
+    def tier_bandwidth(self, src: np.ndarray, dst: np.ndarray) -> float | None:
+        """Per-flow bandwidth of the slowest of these concurrent flows on the oversubscribed
+        tiers, alone on the fabric (`Fabric.tier_bandwidth`); None: the full-load link class."""
+        return self.fabric.tier_bandwidth(src, dst)
 
     def placement_levels(self) -> list:
         """Nested containers for topology-aware placement, coarsest first: per level, the
@@ -155,6 +171,8 @@ class Fabric(ABC):
     fields), `build`, `leaf_of`, `device_id`, `route`, `link_class_name` and `_link_class`."""
 
     nodes_per_unit = 1
+    scale_up_mesh = False      # a domain's devices joined pairwise by dedicated links (see Topology)
+    oversubscribed = False     # has a tier that `tier_bandwidth` answers for
 
     def __init__(self, topo: Topology):
         self.t = topo
@@ -207,6 +225,14 @@ class Fabric(ABC):
         names: dict = {}
         codes = np.asarray([names.setdefault(n, len(names)) for n in self.link_class_names(a, b)], dtype=np.int64)
         return codes, list(names)
+
+    def tier_bandwidth(self, src: np.ndarray, dst: np.ndarray) -> float | None:
+        """Per-flow bandwidth (bytes/s, before efficiency) of the slowest of these concurrent,
+        equal-sized flows (device src[i] -> dst[i]) on the fabric's oversubscribed tiers when
+        nothing else runs, or None where the full-load link class stands (no oversubscribed tier,
+        or no closed form for this builder). The analytical backend times a ring's network hops
+        with it, as the flow backend's max-min sharing does (fat-tree: perfect ECMP spreading)."""
+        return None
 
     def span_class(self, devices: Iterable[int]) -> str:
         t = self.t

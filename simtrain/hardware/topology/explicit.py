@@ -8,12 +8,17 @@
       - {a: n0.gpu0, b: n0.nvswitch, bandwidth: "450 GB/s", latency: "1.5 us"}
 
 Every reference is checked: a link naming an unknown element is an error at its key path
-(`links[3].b`), with the closest known name. Every device must reach every other without passing
-through a third device. `cluster.nodes` may use the first domains of the listed ones; the devices
-of the others (and their links) are left out of the graph.
+(`links[3].b`), with the closest known name. Every pair of devices in use must be joined by a
+route that passes through no third device (checked for all pairs, so every communication group a
+plan can form -- tp, cp, ep, dp, pipeline neighbours -- has a route): a pair joined only through
+another device is refused, naming the pair, unless the file says `allow_device_transit: true`
+(the fabric forwards through devices, e.g. PXN over NVLink to a rail NIC). `cluster.nodes` may
+use the first domains of the listed ones; the devices of the others (and their links) are left
+out of the graph.
 
 Routing: shortest paths by hop count in which no device other than the two ends appears, ECMP
-among them; cached per device pair. A link touching a `scale_up_switch` is a scale-up link (the
+among them; with `allow_device_transit: true`, where a pair has no such path, the shortest paths
+through devices; cached per device pair. A link touching a `scale_up_switch` is a scale-up link (the
 scale-up efficiency applies), every other a scale-out link; list a direct device-to-device
 scale-up link as device - element of kind scale_up_switch - device.
 
@@ -25,11 +30,12 @@ that class, the one with the smallest per-flow bandwidth (then the largest laten
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import networkx as nx
 
-from simtrain.errors import Collector
+from simtrain.errors import Collector, SimulationError
 from simtrain.hardware.topology.base import COMMON, Fabric, LinkClass, Pick, Topology, path_class, register
 from simtrain.spec.fields import Key, Section, validate_map
 
@@ -42,6 +48,7 @@ class ExplicitSpec:
     devices: tuple
     switches: tuple      # (name, kind)
     links: tuple         # (a, b, bw, flow_bw, latency)
+    allow_device_transit: bool = False
 
 
 _EFF = Key("float", 1.0, "measured share of the bandwidth a collective gets on this tier, in (0, 1]")
@@ -64,6 +71,8 @@ LINK = Section({
 
 SCHEMA = dict(COMMON, **{
     "devices_per_node": Key("posint", 1, "devices per scale-up domain; devices are listed domain by domain", maximum=4096),
+    "allow_device_transit": Key("bool", False, "true: a pair of devices with no route through switches and NICs alone may be "
+                                "routed through other devices (the fabric forwards through them, e.g. PXN); false: refused"),
     "scale_up": Key("map", {}, "the scale-up tier (links touching a scale_up_switch)",
                     section=Section({"efficiency": _EFF, "efficiency_source": _EFF_SOURCE})),
     "scale_out": Key("map", {}, "the scale-out tier (every other link)",
@@ -78,6 +87,104 @@ SCHEMA = dict(COMMON, **{
 def _unknown(name, known):
     close = difflib.get_close_matches(str(name), list(known), n=1)
     return f"did you mean `{close[0]}`?" if close else "name one of the listed devices or switches"
+
+
+ROUTE_CHECK_DEVICES = 16_384     # all-pairs check beyond the common case: bounded work and memory
+
+
+def _check_routes(used: list, names: dict, links: list, devices: set, transit: bool, errs: Collector) -> None:
+    """Every pair of the devices in use has a route (through no third device unless `transit`);
+    the first pair that has none is one error. With devices taken out, the switches and NICs fall
+    into connected components; two devices are joined without transit when they are linked
+    directly or touch a common component. The common case -- one component every device touches
+    (a spine, a shared switch) -- is settled in O(links); otherwise each device's one-hop reach is
+    a bit set (a device's own bits, precomputed for components of 64 devices or more)."""
+    inuse = {d: i for i, d in enumerate(used)}
+    adj: dict = {}
+    for a, b, *_ in links:
+        if (a in devices and a not in inuse) or (b in devices and b not in inuse):
+            continue              # a device left out of the graph and its links
+        adj.setdefault(a, []).append(b)
+        adj.setdefault(b, []).append(a)
+    comp: dict = {}               # switch or NIC -> component index
+    members: list = []            # component -> indices of the devices it touches
+    for start in adj:
+        if start in inuse or start in comp:
+            continue
+        c = comp[start] = len(members)
+        m, todo = set(), [start]
+        while todo:
+            u = todo.pop()
+            for w in adj[u]:
+                if w in inuse:
+                    m.add(inuse[w])
+                elif w not in comp:
+                    comp[w] = c
+                    todo.append(w)
+        members.append(sorted(m))
+    if len(used) <= 1 or any(len(m) == len(used) for m in members):
+        return
+    if len(used) > ROUTE_CHECK_DEVICES:
+        errs.add("devices", f"{len(used)} devices in use and no switch or NIC fabric that joins them all",
+                 "join the devices through switches (e.g. a spine), or list at most "
+                 f"{ROUTE_CHECK_DEVICES} devices")
+        return
+    big = {c: sum(1 << j for j in m) for c, m in enumerate(members) if len(m) >= 64}
+
+    def reach(i: int) -> int:
+        r = 1 << i
+        for w in adj.get(used[i], ()):
+            if w in inuse:
+                r |= 1 << inuse[w]
+            else:
+                c = comp[w]
+                if c in big:
+                    r |= big[c]
+                else:
+                    for j in members[c]:
+                        r |= 1 << j
+        return r
+    full = (1 << len(used)) - 1
+    for i, d in enumerate(used):
+        r = reach(i)
+        if r == full:
+            continue
+        j = next(j for j in range(len(used)) if not r >> j & 1)
+        via = _transit(i, j, reach, len(used))
+        other = used[j]
+        if via is None:
+            errs.add(f"devices[{j}]", f"no route between {d} and {other}, not even through other devices",
+                     f"link {other} to a switch or NIC that {d} reaches")
+        elif not transit:
+            errs.add(f"devices[{j}]", f"{d} and {other} are joined only through another device ({used[via]} on the "
+                     "way), and a plan's communication group may need the pair",
+                     "link both to a common switch or NIC, or set `allow_device_transit: true` if the fabric forwards "
+                     "through devices (e.g. PXN)")
+        else:
+            continue
+        return
+
+
+def _transit(a: int, b: int, reach: Callable[[int], int], n: int) -> int | None:
+    """The device just before b on a shortest chain of device hops a -> ... -> b (each hop
+    joined without transit), or None where b cannot be reached at all."""
+    prev = {a: a}
+    seen = 1 << a
+    frontier = [a]
+    while frontier:
+        nxt = []
+        for u in frontier:
+            new = reach(u) & ~seen
+            seen |= new
+            while new:
+                w = (new & -new).bit_length() - 1
+                new &= new - 1
+                prev[w] = u
+                if w == b:
+                    return u
+                nxt.append(w)
+        frontier = nxt
+    return None
 
 
 @register("explicit", SCHEMA)
@@ -158,25 +265,9 @@ class Explicit(Fabric):
             if not 0 < v[sect]["efficiency"] <= 1:
                 errs.add(f"{sect}.efficiency", "must be in (0, 1]", "give the measured busbw / link bandwidth ratio")
         if not errs.problems and dlist:
-            g = nx.Graph()
-            g.add_nodes_from(names)
-            g.add_edges_from((a, b) for a, b, *_ in llist)
-            reach = {dlist[0]}
-            todo = [dlist[0]]
-            while todo:
-                u = todo.pop()
-                if u != dlist[0] and names[u] == "device":
-                    continue
-                for w in g.adj[u]:
-                    if w not in reach:
-                        reach.add(w)
-                        todo.append(w)
-            for i, d in enumerate(dlist):
-                if d not in reach:
-                    errs.add(f"devices[{i}]", f"{d} has no route to {dlist[0]} that avoids passing through another device",
-                             "link it to a switch or NIC on the way")
-                    break
-        spec = ExplicitSpec(tuple(dlist), tuple(slist), tuple(llist))
+            used = dlist[:(nodes or len(dlist) // dpn) * dpn]
+            _check_routes(used, names, llist, set(dlist), v["allow_device_transit"], errs)
+        spec = ExplicitSpec(tuple(dlist), tuple(slist), tuple(llist), v["allow_device_transit"])
         return dict(devices_per_node=dpn, device_label=v["device_label"],
                     scale_up_efficiency=v["scale_up"]["efficiency"], scale_out_efficiency=v["scale_out"]["efficiency"],
                     spec=spec, efficiency_sources=(v["scale_up"]["efficiency_source"], v["scale_out"]["efficiency_source"]))
@@ -217,20 +308,32 @@ class Explicit(Fabric):
         return self._leaf[d]
 
     def paths(self, a: str, b: str) -> list:
-        """Every shortest path a -> b (by hops) with no other device on it, sorted."""
+        """Every shortest path a -> b (by hops) with no other device on it, sorted; with
+        `allow_device_transit`, where there is none, every shortest path through devices."""
         hit = self._paths.get((a, b))
         if hit is not None:
             return hit
+        out = self._shortest(a, b, False)
+        if not out and self.s.allow_device_transit:
+            out = self._shortest(a, b, True)
+        if not out:
+            # the loader refuses such a file; a graph built some other way gets the same clear error
+            raise SimulationError(f"{self.t.file}: devices: no route from {a} to {b} on topology {self.t.name!r}; "
+                                  "link both to a switch or NIC on the way (or set allow_device_transit: true)")
+        self._paths[(a, b)] = out
+        return out
+
+    def _shortest(self, a: str, b: str, transit: bool) -> list:
         g = self.graph()
         kind = g.nodes
         dist, preds, frontier = {a: 0}, {a: []}, [a]
         while frontier and b not in dist:
             nxt = []
             for u in frontier:
-                if u != a and kind[u].get("kind") == "device":
+                if not transit and u != a and kind[u].get("kind") == "device":
                     continue
                 for w in g.adj[u]:
-                    if w != b and kind[w].get("kind") == "device":
+                    if not transit and w != b and kind[w].get("kind") == "device":
                         continue
                     if w not in dist:
                         dist[w] = dist[u] + 1
@@ -240,7 +343,7 @@ class Explicit(Fabric):
                         preds[w].append(u)
             frontier = nxt
         if b not in dist:
-            raise KeyError(f"no route from {a} to {b}")
+            return []
         out = []
 
         def back(n, tail):
@@ -251,7 +354,6 @@ class Explicit(Fabric):
                 back(p, (n,) + tail)
         back(b, ())
         out.sort()
-        self._paths[(a, b)] = out
         return out
 
     def route(self, src: int, dst: int, pick: Pick | None = None, cache: dict | None = None) -> tuple:

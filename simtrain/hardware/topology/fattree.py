@@ -163,6 +163,9 @@ class FatTree(Fabric):
         self.lpp = self.units * self.lu                                   # leaves per plane
         self._core_cache: dict = {}
         self._probes: dict = {}
+        self.scale_up_mesh = s.scale_up_topology == "full_mesh" and s.domain_topology is None and self.dpn > 1
+        self.oversubscribed = ((s.oversubscription > 1 or s.core_oversubscription > 1) and s.planes == 1
+                               and self.lpp > 1)
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -502,6 +505,38 @@ class FatTree(Fabric):
         """`link_class_name` over arrays of device pairs, with the same rules in numpy."""
         codes, names = self.link_class_codes(a, b)
         return [names[c] for c in codes.tolist()]
+
+    def tier_bandwidth(self, src: np.ndarray, dst: np.ndarray) -> float | None:
+        """The slowest flow's share of the leaf uplinks (and, on three levels, of the spine-core
+        links) when these flows run alone, each tier's capacity spread evenly over its equal-cost
+        paths, capped by the NIC share of the full-load class (nic_bw / devices per NIC). None on
+        a non-blocking fabric (the full-load class is then the NIC share already) and on several
+        planes (PXN hops). Worked example (dgx-a100-2to1, 128 nodes): a leaf's 8 uplinks carry
+        16 x 8 NICs x 25 GB/s / 8 / 2 = 200 GB/s each; the 8 dp rings of a tp 8 x dp 128 plan in
+        Megatron order leave each 16-node leaf by one hop each, 8 flows over 1.6 TB/s, so each
+        gets its NIC's 25 GB/s, not the full-load 12.5 GB/s; with the nodes scattered over the
+        leaves every hop leaves its leaf, 128 flows, 12.5 GB/s."""
+        s = self.s
+        if not self.oversubscribed:
+            return None
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        la, lb = self.leaves_of(src), self.leaves_of(dst)
+        cross = la != lb
+        if not cross.any():
+            return None
+        nic_share = s.nic_bw / self.dpnic
+        per_leaf = s.nics_per_node // (s.rails if s.rail_optimized else s.planes)
+        up_bw = max(s.nic_bw * self.npl * per_leaf / s.spines, s.nic_bw) / s.oversubscription
+        worst = max(np.bincount(la[cross]).max(), np.bincount(lb[cross]).max())
+        bw = min(nic_share, s.spines * up_bw / worst)
+        if self.pods > 1:
+            pa, pb = ((la % self.lpp) // self.lu) // self.upp, ((lb % self.lpp) // self.lu) // self.upp
+            far = pa != pb
+            if far.any():
+                core_bw = max(self.upp * self.lu * up_bw / s.cores_per_spine, s.nic_bw / s.oversubscription) / s.core_oversubscription
+                worst = max(np.bincount(pa[far]).max(), np.bincount(pb[far]).max())
+                bw = min(bw, s.spines * s.cores_per_spine * core_bw / worst)
+        return float(bw)
 
     def span_of_leaves(self, nodes: int, leaves: np.ndarray) -> str:
         """`span_class` from a group's node count and its distinct leaves (single-host domains)."""
