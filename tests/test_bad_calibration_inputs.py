@@ -27,6 +27,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from simtrain.calibration.fit import check_loads
+from simtrain.errors import ConfigError
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data" / "nccl"
 TIMEOUT_S = 30
@@ -318,6 +321,52 @@ def run_case(case: Case, d: Path, root: Path = ROOT) -> tuple[str, str]:
 def test_bad_calibration_input(case: Case, tmp_path: Path) -> None:
     outcome, err = run_case(case, tmp_path)
     assert outcome == "clean", f"{outcome}: {err}"
+
+
+def _calibrate(d: Path, *files: str, base: str = BASE) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "simtrain", "calibrate", *files, "--device", "x", "--base", base,
+                           "-o", str(d / "out.yaml")], cwd=d, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def test_the_valid_bench_file_calibrates_without_a_warning(tmp_path: Path) -> None:
+    """The base the cases edit is valid: its GEMM is 2 x 4096^3 FLOP in 2e-4 s = 687.19 TFLOP/s
+    (hand-derived), written as measured, and no warning (an H100 measured onto an H100 preset)."""
+    argv, f = bench_yaml()(tmp_path)
+    p = _calibrate(tmp_path, f)
+    assert p.returncode == 0, p.stderr
+    assert "warning" not in p.stderr
+    prof = yaml.safe_load((tmp_path / "out.yaml").read_text())
+    assert prof["gemm"][0]["points"][0]["tflops"] == pytest.approx(2 * 4096**3 / 2e-4 / 1e12, rel=1e-4)
+
+
+def test_cpu_measurements_onto_a_gpu_preset_warn_once(tmp_path: Path) -> None:
+    """A bench file recorded on the CPU, calibrated onto the H100 preset: written (a user may mean
+    it), with one warning line naming both."""
+    _, f = bench_yaml(lambda d: d["provenance"].update(backend="cpu", device="x86_64"))(tmp_path)
+    p = _calibrate(tmp_path, f)
+    assert p.returncode == 0, p.stderr
+    warns = [ln for ln in p.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warns) == 1 and "the CPU (x86_64)" in warns[0] and BASE in warns[0] and f in warns[0]
+
+
+def test_nccl_log_of_another_gpu_warns(tmp_path: Path) -> None:
+    """The shipped nccl-tests log ran on "NVIDIA H100 80GB HBM3" devices; onto the A100 preset it warns."""
+    p = _calibrate(tmp_path, str(DATA / "all_reduce_2.17.txt"), base="a100-sxm4-80gb")
+    assert p.returncode == 0, p.stderr
+    assert "warning:" in p.stderr and "NVIDIA H100 80GB HBM3" in p.stderr and "a100-sxm4-80gb" in p.stderr
+
+
+def test_a_profile_the_loader_refuses_is_not_written(tmp_path: Path) -> None:
+    """The last check before writing loads the profile through the loader `simtrain run` uses: a
+    zero throughput (the loader wants every point > 0) is an error at the output file and key path."""
+    prof = {"schema": "simtrain-profile/1", "device": "x", "base": BASE,
+            "gemm": [{"dtype": "bf16", "points": [{"m": 1, "n": 1, "k": 1, "tflops": 0.0}]}]}
+    out = tmp_path / "out.yaml"
+    with pytest.raises(ConfigError) as e:
+        check_loads(prof, yaml.safe_dump(prof).encode(), out)
+    assert str(e.value).startswith(f"{out}: gemm[0].points[0].tflops:") and "would be refused" in str(e.value)
+    assert not out.exists()
 
 
 if __name__ == "__main__":
