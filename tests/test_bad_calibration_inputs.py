@@ -234,6 +234,8 @@ CASES = [
          "traceEvents[0].args.Input Dims", ">"),
     Case("kineto-dur-nan", "Kineto trace", calibrate("trace.json", json.dumps(TRACE).replace('"dur": 30', '"dur": NaN', 1)),
          "traceEvents[1].dur", "finite"),
+    Case("kineto-dtype-unknown", "Kineto trace", trace(_set("traceEvents.0.args.Input type", ["c10::Float8_e4m3fnuz", "", ""])),
+         "traceEvents[0].args.Input type", "no peak"),
     Case("kineto-dur-negative", "Kineto trace", trace(_set("traceEvents.1.dur", -30)), "traceEvents[1].dur", ">= 0"),
     Case("kineto-events-map", "Kineto trace", trace(_set("traceEvents", {"a": 1})), "traceEvents", "list"),
     Case("kineto-event-int", "Kineto trace", trace(_set("traceEvents.1", 5)), "traceEvents[1]", "mapping"),

@@ -213,6 +213,10 @@ def _trace(f: Path, raw: bytes, got: dict, errs: Collector, dev: Device | None, 
                 if any(x < 1 for x in mnk) or any(x > MAX_DIM for x in mnk):
                     c.add(p, f"{o.aten} of (m, n, k) = {mnk}: each must be > 0 and <= {MAX_DIM:,}")
                     continue
+                if dev is not None and _dtype_name(o.dtype) not in dev.peak_flop_per_s:
+                    c.add(f"traceEvents[{o.event}].args.Input type", f"{o.aten} in {short(o.dtype, 40)}: {dev.key} has no peak for it "
+                          "to compare the measurement with", "record the trace with record_shapes=True, in a dtype the base preset has")
+                    continue
                 got["gemm"].append({"m": mnk[0], "n": mnk[1], "k": mnk[2], "dtype": _dtype_name(o.dtype),
                                     "median_s": o.seconds, "file": str(f), "event": o.event})
         elif o.operator == "attention" and o.shapes and len(o.shapes[0]) == 4:
