@@ -114,13 +114,7 @@ def _check_events(events: list, errs: Collector) -> list:
                 c.add(dp, f"expected a list of shapes, got {short(dims, 60)}")
                 ok = False
             else:
-                for d in dims:
-                    if not isinstance(d, list):
-                        continue        # a scalar argument's entry
-                    for v in d:
-                        if c.whole(v, dp, lo=0) is None:
-                            ok = False
-                            break
+                ok &= _dims_ok(dims, dp, c)
         if "Input type" in args and not isinstance(args["Input type"], list):
             c.add(f"{p}.args.Input type", f"expected a list of type names, got {short(args['Input type'], 60)}")
             ok = False
@@ -128,6 +122,19 @@ def _check_events(events: list, errs: Collector) -> list:
             out.append((i, e))
     c.finish()
     return out
+
+
+def _dims_ok(dims: list, path: str, c: Checker) -> bool:
+    """Whole-number dims at any depth (a tensor list argument, as aten::cat or the fused
+    optimizer's take, records a list of shapes); the first bad one is a problem."""
+    stack = [dims]
+    while stack:
+        for v in stack.pop():
+            if isinstance(v, list):
+                stack.append(v)
+            elif c.whole(v, path, lo=0) is None:
+                return False
+    return True
 
 
 def operator_times(path: Path, raw: bytes | None = None, doc: dict | None = None) -> list:
