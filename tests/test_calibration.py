@@ -159,3 +159,13 @@ def test_permuted_gemm_shapes_share_their_mean():
     sc = ShapeCurve.from_points([(8192, 1024, 4096, 0.6e12), (1024, 8192, 4096, 0.4e12)], peak=1e12, esize=2.0,
                                 origin="t", source="")
     assert sc.at_shape(8192, 1024, 4096)[0] == pytest.approx(0.5)
+
+
+def test_bench_says_how_many_shapes_it_will_measure(tmp_path, capsys):
+    """--tiny measures 3 GEMMs, 2 attention shapes and 2 memory sizes (bench.py's tiny grid):
+    7 shapes, announced before the first is timed (and counted by a progress bar on a terminal)."""
+    pytest.importorskip("torch")
+    assert main(["bench", "--device", "cpu", "--dtype", "fp32", "--tiny", "--warmup", "0", "--reps", "1",
+                 "-o", str(tmp_path / "b.yaml")]) == 0
+    err = capsys.readouterr().err
+    assert "measuring 7 shapes: 3 GEMM, 2 attention, 2 memory-bound sizes x 7 ops" in err.splitlines()[0]

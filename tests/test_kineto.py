@@ -67,3 +67,16 @@ def test_ops_of_two_processes_do_not_nest(tmp_path):
                                              ev("kernel", "k1", 200, 50, 1, 1, 7), ev("kernel", "k2", 200, 30, 2, 2, 7)]}))
     ops = operator_times(f)
     assert sorted(o.seconds for o in ops) == [pytest.approx(30e-6), pytest.approx(50e-6)]
+
+
+def test_tensor_list_dims_are_read(tmp_path):
+    """A tensor-list argument (aten::cat, the fused optimizer) records a list of shapes inside
+    Input Dims; that is valid, and the GEMM next to it is still counted (30 us of kernel)."""
+    ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::cat", "pid": 1, "tid": 1, "ts": 0, "dur": 5,
+           "args": {"External id": 9, "Input Dims": [[[2, 3], [2, 3]], []]}},
+          {**_x("cpu_op", "aten::mm", 10, 20, 1), "args": {"External id": 1, "Input Dims": [[4, 8], [8, 16]], "Input type": ["float", "float"]}},
+          _x("kernel", "gemm", 40, 30, 1, tid=7)]
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"traceEvents": ev}))
+    ops = operator_times(f)
+    assert [(o.operator, o.shapes, o.seconds) for o in ops] == [("gemm", ((4, 8), (8, 16)), pytest.approx(30e-6))]

@@ -44,6 +44,7 @@ from types import ModuleType
 
 import yaml
 
+from simtrain import progress
 from simtrain.calibration.nccl_tests import bus_factor
 from simtrain.errors import ConfigError, Problem
 from simtrain.results.io import check_out_file, write_atomic
@@ -193,7 +194,9 @@ def scenario_shapes(path: str, overrides: Sequence[str] = ()) -> tuple:
 
 def run_compute(acc: Accelerator, dtype: str, gemms: Sequence[tuple[int, int, int]],
                 attention: Sequence[tuple[int, int, int, int, bool]], memory_sizes: Sequence[int], warmup: int,
-                reps: int, progress: Callable[[str], None] | None = None) -> dict:
+                reps: int, report: Callable[[str], None] | None = None) -> dict:
+    """Times every shape; `report` is called once per shape measured (a GEMM, an attention
+    shape, one memory size over all the memory-bound ops) with a line saying what it took."""
     torch = acc.torch
     dt = getattr(torch, DTYPES[dtype])
     dev = acc.device
@@ -203,8 +206,8 @@ def run_compute(acc: Accelerator, dtype: str, gemms: Sequence[tuple[int, int, in
         b = torch.randn(k, n, device=dev, dtype=dt)
         r = summarize(acc.time(lambda: torch.matmul(a, b), warmup, reps))
         out["gemm"].append({"m": m, "n": n, "k": k, "dtype": dtype, **r})
-        if progress:
-            progress(f"gemm {m}x{n}x{k}: {r['median_s'] * 1e6:.1f} us")
+        if report:
+            report(f"gemm {m}x{n}x{k}: {r['median_s'] * 1e6:.1f} us")
         del a, b
     F = torch.nn.functional
     for (bsz, heads, seq, hd, causal) in attention:
@@ -217,8 +220,8 @@ def run_compute(acc: Accelerator, dtype: str, gemms: Sequence[tuple[int, int, in
         r = summarize(acc.time(fwd_bwd, warmup, reps))
         out["attention"].append({"batch": bsz, "heads": heads, "seq": seq, "head_dim": hd, "causal": causal,
                                  "pass": "fwd+bwd", "dtype": dtype, **r})
-        if progress:
-            progress(f"attention b{bsz} h{heads} s{seq} d{hd}: {r['median_s'] * 1e6:.1f} us")
+        if report:
+            report(f"attention b{bsz} h{heads} s{seq} d{hd}: {r['median_s'] * 1e6:.1f} us")
         del q, g
     for n in memory_sizes:
         hidden = 1024 if n >= 1024 else n
@@ -239,8 +242,8 @@ def run_compute(acc: Accelerator, dtype: str, gemms: Sequence[tuple[int, int, in
             fn, nbytes = ops[name]
             r = summarize(acc.time(fn, warmup, reps))
             out["memory"].append({"op": name, "elements": n, "bytes": nbytes, "dtype": dtype, **r})
-        if progress:
-            progress(f"memory-bound ops at {n} elements")
+        if report:
+            report(f"memory-bound ops at {n} elements")
         del x, y, w, fp32
     return out
 
@@ -285,10 +288,12 @@ def run_collectives(acc: Accelerator, dtype: str, sizes: Sequence[int], warmup: 
         printer(f"# simtrain bench collectives: {n} ranks on {nodes} node(s), backend {backend}, dtype {dtype}")
         printer(f"# {'size':>12} {'count':>12} {'type':>8} {'redop':>6} {'root':>6} {'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}")
         printer(f"# {'(B)':>12} {'(elements)':>12} {'':>8} {'':>6} {'':>6} {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7}")
-    for coll in COLLECTIVES:
-        if coll == "sendrecv" and n < 2:
-            continue
+    todo = [c for c in COLLECTIVES if c != "sendrecv" or n >= 2]
+    bar = progress.bar(len(todo) * len(sizes) if rank == 0 else 0, "bench collectives", "size")
+    for coll in todo:
         for size in sizes:
+            if rank == 0:
+                bar.update(1)
             count = max(1, size // esize)
             if coll in ("all_gather", "reduce_scatter", "all_to_all"):
                 count = max(n, count // n * n)
@@ -315,6 +320,7 @@ def run_collectives(acc: Accelerator, dtype: str, sizes: Sequence[int], warmup: 
                 printer(f"  {nbytes:>12} {count:>12} {DTYPES[dtype]:>8} {'sum':>6} {-1:>6} {r['median_s'] * 1e6:>9.2f} "
                         f"{alg / 1e9:>7.2f} {bus / 1e9:>7.2f} {'N/A':>6}   {coll}")
             del full, part, out
+    bar.close()
     dist.barrier()
     return rows if rank == 0 else []
 
@@ -377,7 +383,8 @@ def main(args: argparse.Namespace) -> int:
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
     doc = {"schema": SCHEMA, "provenance": provenance(acc, args.dtype, getattr(args, "command_line", "simtrain bench"))}
     if args.collectives:
-        rows = run_collectives(acc, args.dtype, sizes_between(args.min_bytes, args.max_bytes), args.warmup, args.reps)
+        sizes = sizes_between(args.min_bytes, args.max_bytes)
+        rows = run_collectives(acc, args.dtype, sizes, args.warmup, args.reps)
         if not rows:
             return 0                      # not rank 0: rank 0 writes the file
         doc["collectives"] = rows
@@ -388,7 +395,16 @@ def main(args: argparse.Namespace) -> int:
             gemms = list(GENERIC_GEMMS if not args.tiny else ((64, 64, 64), (128, 128, 128), (128, 256, 64)))
             attn = [(1, 8, s, 64, True) for s in ((512, 1024, 2048, 4096) if not args.tiny else (64, 128))]
         mem = sizes_between(2 ** 16, 2 ** 26, 4) if not args.tiny else [2 ** 12, 2 ** 14]
-        doc.update(run_compute(acc, args.dtype, gemms, attn, mem, args.warmup, args.reps, say))
+        total = len(gemms) + len(attn) + len(mem)
+        if say:
+            say(f"measuring {total} shapes: {len(gemms)} GEMM, {len(attn)} attention, {len(mem)} memory-bound sizes "
+                f"x {len(MEMORY_OPS)} ops ({args.warmup} warm-up + {args.reps} timed repetitions each, on {acc.kind})")
+        with progress.bar(total, "bench", "shape") as b:
+            def tick(msg: str) -> None:
+                b.update(1)
+                if say:
+                    b.write(msg, file=sys.stderr)
+            doc.update(run_compute(acc, args.dtype, gemms, attn, mem, args.warmup, args.reps, tick))
     write_atomic(args.out, yaml.safe_dump(doc, sort_keys=False).encode())
     print(f"wrote {args.out} ({acc.kind}: {acc.name()})", file=sys.stderr)
     return 0

@@ -25,15 +25,22 @@ import argparse
 import datetime
 import statistics
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from simtrain.calibration import kineto, nccl_tests
+from simtrain.calibration.checks import COLLECTIVES, MAX_BYTES, MAX_DIM, Checker, device_mismatch, read_input, text_of, tree_of
 from simtrain.calibration.nccl_tests import bus_factor
-from simtrain.errors import Collector
-from simtrain.hardware.devices import preset_names
+from simtrain.errors import Collector, ConfigError, Problem
+from simtrain.hardware.devices import Device, get_device, load_profile, preset_names
 from simtrain.results.io import check_out_file, write_atomic
+from simtrain.spec.files import short
+
+SCHEMA = "simtrain-calibration/1"      # the files simtrain bench writes
 
 PROFILE_SCHEMA = "simtrain-profile/1"
 
@@ -76,49 +83,154 @@ def _dtype_name(t: str) -> str:
             "float16": "fp16", "bfloat16": "bf16"}.get(t, t)
 
 
-def collect(files: list) -> dict:
-    """Measurements from every input file, grouped by kind, each point tagged with its file."""
+BENCH_FIX = "give the file simtrain bench wrote (fix the value named)"
+# per kind of bench record: key -> (check, low, high); ranges in simtrain.calibration.checks
+RECORD = {
+    "gemm": {"m": ("whole", 1, MAX_DIM), "n": ("whole", 1, MAX_DIM), "k": ("whole", 1, MAX_DIM), "dtype": ("text",)},
+    "attention": {"batch": ("whole", 1, 2**20), "heads": ("whole", 1, 2**16), "seq": ("whole", 1, 2**24),
+                  "head_dim": ("whole", 1, 2**16), "causal": ("flag",), "dtype": ("text",)},
+    "memory": {"op": ("text",), "elements": ("whole", 1, MAX_BYTES), "bytes": ("whole", 1, MAX_BYTES), "dtype": ("text",)},
+    "collectives": {"collective": ("text",), "ranks": ("whole", 2, 2**20), "nodes": ("whole", 1, 2**20),
+                    "bytes": ("whole", 1, MAX_BYTES)},
+}
+OPTIONAL = {"causal", "dtype", "op", "elements", "nodes"}
+
+
+def _bench_records(doc: Any, c: Checker, base: Device) -> dict:
+    """The measurements of a bench file, every value checked at its key path."""
+    got: dict = {k: [] for k in RECORD}
+    if not isinstance(doc, dict):
+        c.add("", f"a calibration file must be a mapping, got a {type(doc).__name__}")
+        return got
+    if doc.get("schema") != SCHEMA:
+        c.add("schema", f"expected {SCHEMA}, got {short(doc.get('schema'), 60)}")
+    if doc.get("provenance") is not None:
+        c.mapping(doc["provenance"], "provenance")
+    for kind, spec in RECORD.items():
+        for i, r in c.records(doc.get(kind), kind):
+            p = f"{kind}[{i}]"
+            rec, ok = {}, True
+            for key, (check, *rng) in spec.items():
+                if key not in r:
+                    if key not in OPTIONAL:
+                        c.add(f"{p}.{key}", "missing")
+                        ok = False
+                    continue
+                v = {"whole": lambda v, q: c.whole(v, q, *rng), "text": c.text, "flag": c.flag}[check](r[key], f"{p}.{key}")
+                ok &= v is not None
+                rec[key] = v
+            if "median_s" not in r:
+                c.add(f"{p}.median_s", "missing")
+                ok = False
+            else:
+                ok &= c.seconds(r["median_s"], f"{p}.median_s") is not None
+            for key in ("p10_s", "p90_s"):
+                if key in r:
+                    ok &= c.seconds(r[key], f"{p}.{key}") is not None
+            if "reps" in r:
+                ok &= c.whole(r["reps"], f"{p}.reps", 1, 2**31) is not None
+            if kind == "gemm" and isinstance(rec.get("dtype"), str) and rec["dtype"] not in base.peak_flop_per_s:
+                c.add(f"{p}.dtype", f"{base.key} has no {rec['dtype']} peak to compare the measurement with",
+                      f"measure a dtype the base preset has ({', '.join(sorted(base.peak_flop_per_s))}), or pick another --base")
+                ok = False
+            if kind == "collectives" and isinstance(rec.get("collective"), str) and rec["collective"] not in COLLECTIVES:
+                c.add(f"{p}.collective", f"unknown collective {short(rec['collective'], 40)}", f"use one of: {', '.join(COLLECTIVES)}")
+                ok = False
+            if kind == "collectives" and ok and rec.get("nodes", 1) > rec["ranks"]:
+                c.add(f"{p}.nodes", f"{rec['nodes']} nodes for {rec['ranks']} ranks", "give at most one node per rank")
+                ok = False
+            if ok:
+                got[kind].append(dict(r, **rec))
+    return got
+
+
+def collect(files: list, base: str | None = None) -> dict:
+    """Measurements from every input file, grouped by kind, each point tagged with its file and
+    checked (types, ranges, finite times); `warnings` lists inputs measured on another kind of
+    device than the base preset."""
     errs = Collector("simtrain calibrate")
-    got = {"gemm": [], "attention": [], "memory": [], "collectives": [], "provenance": []}
+    dev = get_device(base) if base else None
+    got: dict = {"gemm": [], "attention": [], "memory": [], "collectives": [], "provenance": [], "warnings": []}
+
+    def mismatch(f: Path, backend: str, names: list) -> None:
+        why = device_mismatch(backend, names, dev) if dev is not None else None
+        if why:
+            got["warnings"].append(f"warning: {f}: measured on {why}, calibrated onto base preset {dev.key} ({dev.name}); "
+                                   f"the profile will take those speeds for {dev.key}'s: pass the --base of the device measured")
+
     for f in map(Path, files):
-        if not f.is_file():
-            errs.add(str(f), "no such file", "give calibration files, nccl-tests logs or profiler traces")
-            continue
-        head = f.read_bytes()[:4096]
-        if head[:2] == b"\x1f\x8b" or b'"traceEvents"' in head:
-            for o in kineto.operator_times(f):
-                if o.seconds <= 0:
-                    continue          # an op that launched no device work (CPU-side): nothing measured
-                if o.operator == "gemm":
-                    mnk = _gemm_from_dims(o.aten, o.shapes)
-                    if mnk:
-                        got["gemm"].append({"m": mnk[0], "n": mnk[1], "k": mnk[2], "dtype": _dtype_name(o.dtype),
-                                            "median_s": o.seconds, "file": str(f)})
-                elif o.operator == "attention" and o.shapes and len(o.shapes[0]) == 4:
-                    b, h, s, d = o.shapes[0]
-                    got["attention"].append({"batch": b, "heads": h, "seq": s, "head_dim": d, "causal": True, "pass": "fwd",
-                                             "dtype": _dtype_name(o.dtype), "median_s": o.seconds, "file": str(f)})
-            got["provenance"].append({"file": str(f), "kind": "torch.profiler trace"})
-            continue
-        text = head.decode(errors="replace")
-        if "simtrain-calibration/" in text:
-            doc = yaml.safe_load(f.read_text())
-            for kind in ("gemm", "attention", "memory", "collectives"):
-                for r in doc.get(kind) or []:
-                    got[kind].append(dict(r, file=str(f)))
-            got["provenance"].append({"file": str(f), "kind": "simtrain bench", **(doc.get("provenance") or {})})
-            continue
-        for sw in nccl_tests.read(f):
-            if sw.ranks < 2:
-                errs.add(str(f), f"a {sw.collective} sweep over {sw.ranks} rank moves no data between devices",
-                         "give a log of two or more ranks")
+        ferrs = Collector(str(f))
+        try:
+            raw = read_input(f, ferrs, "give calibration files, nccl-tests logs or profiler traces")
+            head = raw[:4096]
+            if head[:2] == b"\x1f\x8b" or b'"traceEvents"' in head:
+                _trace(f, raw, got, ferrs, dev, mismatch)
                 continue
-            for r in sw.rows:
-                got["collectives"].append({"collective": sw.collective, "ranks": sw.ranks, "nodes": sw.nodes,
-                                           "bytes": r.bytes, "median_s": r.time_s, "busbw": r.busbw, "file": str(f)})
-            got["provenance"].append({"file": str(f), "kind": "nccl-tests", **{k: v for k, v in sw.provenance.items()}})
+            text = text_of(raw, ferrs, BENCH_FIX)
+            if "simtrain-calibration/" in text[:4096]:
+                c = Checker(ferrs, BENCH_FIX)
+                doc = tree_of(text, "yaml", ferrs, BENCH_FIX)
+                recs = _bench_records(doc, c, dev or get_device("h100-sxm5-80gb"))
+                c.finish()
+                for kind, rows in recs.items():
+                    got[kind].extend(dict(r, file=str(f)) for r in rows)
+                prov = doc.get("provenance") or {}
+                got["provenance"].append({"file": str(f), "kind": "simtrain bench", **prov})
+                mismatch(f, str(prov.get("backend", "")), [prov.get("device")] if prov.get("device") else [])
+                continue
+            for sw in nccl_tests.read(f, raw=raw):
+                if sw.ranks < 2:
+                    ferrs.add("devices", f"a {sw.collective} sweep over {sw.ranks} rank moves no data between devices",
+                              "give a log of two or more ranks")
+                    continue
+                for r in sw.rows:
+                    got["collectives"].append({"collective": sw.collective, "ranks": sw.ranks, "nodes": sw.nodes,
+                                               "bytes": r.bytes, "median_s": r.time_s, "busbw": r.busbw, "file": str(f)})
+                got["provenance"].append({"file": str(f), "kind": "nccl-tests", **{k: v for k, v in sw.provenance.items()}})
+                mismatch(f, "", list(sw.provenance.get("devices") or []))
+            ferrs.raise_if_any()
+        except ConfigError as e:
+            errs.problems.extend(e.problems)
     errs.raise_if_any()
     return got
+
+
+def _trace(f: Path, raw: bytes, got: dict, errs: Collector, dev: Device | None, mismatch: Callable) -> None:
+    """The GEMM and attention measurements of a profiler trace; zero or absurd shapes are
+    problems at the CPU op's event."""
+    doc = kineto.load(f, raw)
+    ops = kineto.operator_times(f, doc=doc)
+    c = Checker(errs, kineto.FIX)
+    on_device = False
+    for o in ops:
+        if o.seconds <= 0:
+            continue          # an op that launched no device work (CPU-side): nothing measured
+        on_device |= o.on_device
+        p = f"traceEvents[{o.event}].args.Input Dims"
+        if o.operator == "gemm":
+            mnk = _gemm_from_dims(o.aten, o.shapes)
+            if mnk:
+                if any(x < 1 for x in mnk) or any(x > MAX_DIM for x in mnk):
+                    c.add(p, f"{o.aten} of (m, n, k) = {mnk}: each must be > 0 and <= {MAX_DIM:,}")
+                    continue
+                if dev is not None and _dtype_name(o.dtype) not in dev.peak_flop_per_s:
+                    c.add(f"traceEvents[{o.event}].args.Input type", f"{o.aten} in {short(o.dtype, 40)}: {dev.key} has no peak for it "
+                          "to compare the measurement with", "record the trace with record_shapes=True, in a dtype the base preset has")
+                    continue
+                got["gemm"].append({"m": mnk[0], "n": mnk[1], "k": mnk[2], "dtype": _dtype_name(o.dtype),
+                                    "median_s": o.seconds, "file": str(f), "event": o.event})
+        elif o.operator == "attention" and o.shapes and len(o.shapes[0]) == 4:
+            b, h, s, d = o.shapes[0]
+            if min(b, h, s, d) < 1:
+                c.add(p, f"{o.aten} of (batch, heads, seq, head_dim) = {(b, h, s, d)}: each must be > 0")
+                continue
+            got["attention"].append({"batch": b, "heads": h, "seq": s, "head_dim": d, "causal": True, "pass": "fwd",
+                                     "dtype": _dtype_name(o.dtype), "median_s": o.seconds, "file": str(f), "event": o.event})
+    c.finish()
+    got["provenance"].append({"file": str(f), "kind": "torch.profiler trace"})
+    if ops:
+        names = kineto.device_names(doc)
+        mismatch(f, "" if on_device else "cpu", names or (["CPU-only trace"] if not on_device else []))
 
 
 def fit_alpha_beta(points: list) -> tuple:
@@ -141,12 +253,17 @@ def fit_alpha_beta(points: list) -> tuple:
     return alpha, 1.0 / slope if slope > 0 else float("inf")
 
 
-def build_profile(files: list, device: str, base: str, command: str) -> dict:
+def build_profile(files: list, device: str, base: str, command: str, warnings: list | None = None) -> dict:
+    """The profile of the measurements in `files`; `warnings` (if given) receives one line per
+    input measured on another kind of device than `base`."""
     errs = Collector("simtrain calibrate")
     if base not in preset_names():
         errs.add("--base", f"unknown preset {base!r}", f"use one of: {', '.join(preset_names())}")
     errs.raise_if_any()
-    got = collect(files)
+    got = collect(files, base)
+    if warnings is not None:
+        warnings.extend(got["warnings"])
+    _check_peaks(got, get_device(base))
     prof = {"schema": PROFILE_SCHEMA, "device": device, "base": base,
             "provenance": {"inputs": got["provenance"], "command": command,
                            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}}
@@ -194,16 +311,53 @@ def build_profile(files: list, device: str, base: str, command: str) -> dict:
     return prof
 
 
+def _check_peaks(got: dict, base: Device) -> None:
+    """A GEMM or attention measurement faster than the base preset's datasheet peak (10 %
+    allowance for clock boost) is a wrong time, a wrong shape or a wrong --base: refused."""
+    errs = Collector("simtrain calibrate")
+    peak16 = base.peak_flop_per_s.get("bf16", base.peak_flop_per_s.get("fp16"))
+    for kind in ("gemm", "attention"):
+        for i, r in enumerate(got[kind]):
+            if kind == "gemm":
+                flops, peak = 2.0 * r["m"] * r["n"] * r["k"], base.peak_flop_per_s.get(r["dtype"])
+            else:
+                flops = attention_flops(r["batch"], r["heads"], r["seq"], r["head_dim"], r.get("causal", True), r.get("pass", "fwd+bwd"))
+                peak = peak16
+            if peak and flops / r["median_s"] > 1.1 * peak:
+                where = f"traceEvents[{r['event']}]" if "event" in r else f"{kind}[{i}]"
+                errs.problems.append(Problem(r["file"], where, f"{flops / r['median_s'] / 1e12:.4g} TFLOP/s is faster than {base.key}'s "
+                                             f"peak of {peak / 1e12:g} TFLOP/s", "check the time and shape, or pass the --base of the device measured"))
+    errs.raise_if_any()
+
+
 def _sources(rows: list, dtype: str | None = None) -> str:
     files = sorted({r["file"] for r in rows if dtype is None or r.get("dtype") == dtype})
     return "measured: " + ", ".join(Path(f).name for f in files)
 
 
-def main(args: argparse.Namespace) -> int:
+def check_loads(prof: dict, text: bytes, out: Path) -> None:
+    """Loads the profile's bytes through the loader `simtrain run` uses; what it refuses is an
+    error here, at the output file, and nothing is written."""
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d) / out.name
+        tmp.write_bytes(text)
+        try:
+            load_profile.__wrapped__(str(tmp))
+        except ConfigError as e:
+            raise ConfigError([Problem(str(out), p.path, f"the profile made from these inputs would be refused: {p.problem}",
+                                       "check the measurements named; nothing was written") for p in e.problems]) from None
 
+
+def main(args: argparse.Namespace) -> int:
+    """The `simtrain calibrate` command (see cli)."""
     check_out_file(args.out, "-o")          # before reading the inputs
-    prof = build_profile(args.files, args.device, args.base, getattr(args, "command_line", "simtrain calibrate"))
-    write_atomic(args.out, yaml.safe_dump(prof, sort_keys=False).encode())
+    warnings: list = []
+    prof = build_profile(args.files, args.device, args.base, getattr(args, "command_line", "simtrain calibrate"), warnings)
+    text = yaml.safe_dump(prof, sort_keys=False).encode()
+    check_loads(prof, text, Path(args.out))
+    for w in warnings:
+        print(w, file=sys.stderr)
+    write_atomic(args.out, text)
     kinds = [k for k in ("gemm", "memory_bound", "flash_attention", "collectives") if k in prof]
     print(f"wrote {args.out}: {', '.join(kinds)} (base preset {args.base})", file=sys.stderr)
     return 0

@@ -12,13 +12,13 @@ the kernels belong to linear once).
 """
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from simtrain.calibration.checks import MAX_TIME_S, Checker, gunzipped, read_input, tree_of
 from simtrain.errors import Collector
+from simtrain.spec.files import TreeError, decode_text, short
 
 # simtrain operator -> aten op names (regex, anchored) that implement it
 OPERATORS = (
@@ -56,35 +56,102 @@ class OpTime:
     dtype: str
     seconds: float         # device time (kernels) or, on a CPU-only trace, the op's duration
     on_device: bool
+    event: int = -1        # index of the CPU op in traceEvents (for error messages)
 
 
-def load(path: Path) -> dict:
+FIX = "give the file torch.profiler's export_chrome_trace wrote (.json or .json.gz)"
+MAX_US = MAX_TIME_S * 1e6 * 24 * 7        # an event lasts at most a week (dur in us)
+
+
+def load(path: Path, raw: bytes | None = None) -> dict:
+    """The trace's JSON, read through the guarded reader: a regular file, at most
+    MAX_TRACE_BYTES (decompressed, for .json.gz), no duplicate keys or runaway nesting."""
     errs = Collector(str(path))
-    raw = Path(path).read_bytes()
+    if raw is None:
+        raw = read_input(Path(path), errs, FIX)
+    if raw[:2] == b"\x1f\x8b":
+        raw = gunzipped(raw, errs, FIX)
     try:
-        text = gzip.decompress(raw).decode() if raw[:2] == b"\x1f\x8b" else raw.decode()
-        doc = json.loads(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        errs.add("", f"not a Chrome-trace JSON file ({e})", "give the file torch.profiler's export_chrome_trace wrote (.json or .json.gz)")
+        text = decode_text(raw)
+    except TreeError as e:
+        errs.add("", str(e), FIX)
         errs.raise_if_any()
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        errs.add("traceEvents", "missing", "give the file torch.profiler's export_chrome_trace wrote")
-        errs.raise_if_any()
+    doc = tree_of(text, "json", errs, FIX)
+    if not isinstance(doc, dict) or "traceEvents" not in doc:
+        errs.add("traceEvents", "missing: not a Chrome-trace JSON file", FIX)
+    elif not isinstance(doc["traceEvents"], list):
+        errs.add("traceEvents", f"expected a list of events, got {short(doc['traceEvents'], 60)}", FIX)
+    errs.raise_if_any()
     return doc
 
 
-def operator_times(path: Path) -> list:
-    """One OpTime per outermost CPU op that maps to a simtrain operator, in trace order."""
-    doc = load(path)
-    events = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
-              and isinstance(e.get("dur"), (int, float)) and isinstance(e.get("ts"), (int, float))]
+def _check_events(events: list, errs: Collector) -> list:
+    """(index, event) of the complete ("X") events, each checked: a name, finite ts and dur,
+    args a mapping, a CPU op's input dims lists of whole numbers."""
+    c = Checker(errs, FIX)
+    out = []
+    for i, e in enumerate(events):
+        if c.full:
+            break
+        p = f"traceEvents[{i}]"
+        if c.mapping(e, p) is None or e.get("ph") != "X":
+            continue
+        if "name" not in e:
+            c.add(f"{p}.name", "missing: a complete (X) event names its op")
+            ok = False
+        else:
+            ok = c.text(e["name"], f"{p}.name") is not None
+        ok &= c.number(e.get("ts"), f"{p}.ts", -1e18, 1e18, what=" us") is not None
+        ok &= c.number(e.get("dur"), f"{p}.dur", 0.0, MAX_US, what=" us") is not None
+        args = e.get("args", {})
+        if args is not None and c.mapping(args, f"{p}.args") is None:
+            continue
+        args = args or {}
+        if e.get("cat") == "cpu_op" and "Input Dims" in args:
+            dims = args["Input Dims"]
+            dp = f"{p}.args.Input Dims"
+            if not isinstance(dims, list):
+                c.add(dp, f"expected a list of shapes, got {short(dims, 60)}")
+                ok = False
+            else:
+                ok &= _dims_ok(dims, dp, c)
+        if "Input type" in args and not isinstance(args["Input type"], list):
+            c.add(f"{p}.args.Input type", f"expected a list of type names, got {short(args['Input type'], 60)}")
+            ok = False
+        if ok:
+            out.append((i, e))
+    c.finish()
+    return out
+
+
+def _dims_ok(dims: list, path: str, c: Checker) -> bool:
+    """Whole-number dims at any depth (a tensor list argument, as aten::cat or the fused
+    optimizer's take, records a list of shapes); the first bad one is a problem."""
+    stack = [dims]
+    while stack:
+        for v in stack.pop():
+            if isinstance(v, list):
+                stack.append(v)
+            elif c.whole(v, path, lo=0) is None:
+                return False
+    return True
+
+
+def operator_times(path: Path, raw: bytes | None = None, doc: dict | None = None) -> list:
+    """One OpTime per outermost CPU op that maps to a simtrain operator, in trace order (`doc`:
+    the trace `load` read already)."""
+    doc = doc if doc is not None else load(path, raw)
+    errs = Collector(str(path))
+    checked = _check_events(doc["traceEvents"], errs)
+    index = {id(e): i for i, e in checked}
+    events = [e for _, e in checked]
     thread = lambda e: (str(e.get("pid", 0)), str(e.get("tid", 0)))     # one call stack per process and thread
     cpu = sorted((e for e in events if e.get("cat") == "cpu_op"), key=lambda e: (thread(e), e["ts"], -e["dur"]))
     device = [e for e in events if is_device_event(str(e.get("cat", "")))]
     kernel_time: dict = {}
     for k in device:
         ext = (k.get("args") or {}).get("External id")
-        if ext is not None:
+        if ext is not None and isinstance(ext, (int, str)):
             kernel_time[ext] = kernel_time.get(ext, 0.0) + k["dur"]
     out = []
     children: dict = {}          # external id of an outermost op -> kernel time of it and its descendants
@@ -95,6 +162,8 @@ def operator_times(path: Path) -> list:
             stack.pop()
         anc = next((x[1] for x in reversed(stack) if x[2] == tid and x[1] is not None), None)
         ext = (e.get("args") or {}).get("External id")
+        if not isinstance(ext, (int, str)):
+            ext = None
         op = operator_of(e["name"])
         if anc is not None:
             children[anc] = children.get(anc, 0.0) + kernel_time.get(ext, 0.0)
@@ -107,9 +176,17 @@ def operator_times(path: Path) -> list:
         stack.append((e["ts"] + e["dur"], ext, tid))
         args = e.get("args") or {}
         out.append([op, e["name"], tuple(tuple(d) for d in args.get("Input Dims", []) if isinstance(d, list)),
-                    next((t for t in args.get("Input type", []) if t), "?"), ext, e["dur"]])
+                    next((str(t) for t in args.get("Input type", []) if t), "?"), ext, e["dur"], index[id(e)]])
     res = []
-    for op, aten, shapes, dtype, ext, dur in out:
+    for op, aten, shapes, dtype, ext, dur, i in out:
         dev = children.get(ext, 0.0)
-        res.append(OpTime(op, aten, shapes, dtype, (dev if device else dur) * 1e-6, bool(device)))
+        res.append(OpTime(op, aten, shapes, dtype, (dev if device else dur) * 1e-6, bool(device), i))
     return res
+
+
+def device_names(doc: dict) -> list:
+    """The device names a trace records (`deviceProperties`), if any."""
+    props = doc.get("deviceProperties")
+    if not isinstance(props, list):
+        return []
+    return [str(p["name"]) for p in props if isinstance(p, dict) and isinstance(p.get("name"), str)]

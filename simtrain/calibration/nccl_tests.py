@@ -17,12 +17,15 @@ Worked example: all_reduce over 8 ranks, 1 GiB in 4010.54 us: algbw = 1073741824
 """
 from __future__ import annotations
 
-import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from simtrain.calibration.checks import MAX_BYTES, MAX_TIME_S, MIN_TIME_S, Checker, read_input, text_of, tree_of
 from simtrain.errors import Collector
+from simtrain.spec.files import short
 
 # program name (all_reduce_perf, ...) -> simtrain collective name
 PROGRAMS = {
@@ -129,7 +132,8 @@ def parse_text(text: str, source: str, collective: str | None = None) -> list:
             size = int(toks[size_i])
             t_us = float(toks[time_i])
         except ValueError:
-            errs.add(f"line {lineno}", f"size {toks[size_i]!r} / time {toks[time_i]!r} are not numbers", "give the unedited nccl-tests output")
+            errs.add(f"line {lineno}", f"size {short(toks[size_i], 40)} / time {short(toks[time_i], 40)} are not numbers",
+                     "give the unedited nccl-tests output")
             continue
         printed = None
         if bus_i is not None:
@@ -137,9 +141,18 @@ def parse_text(text: str, source: str, collective: str | None = None) -> list:
                 printed = float(toks[bus_i])
             except ValueError:
                 printed = None
-        if t_us <= 0:
-            errs.add(f"line {lineno}", f"time {toks[time_i]} us: a measured time must be > 0", "give the unedited nccl-tests output")
+            if printed is not None and not math.isfinite(printed):
+                printed = None
+        if not math.isfinite(t_us) or t_us < MIN_TIME_S * 1e6 or t_us > MAX_TIME_S * 1e6:
+            errs.add(f"line {lineno}", f"time {short(toks[time_i], 40)} us: a measured time must be finite, between "
+                     f"{MIN_TIME_S:g} s and {MAX_TIME_S:g} s", "give the unedited nccl-tests output")
             continue
+        if size > MAX_BYTES:
+            errs.add(f"line {lineno}", f"size {short(size, 40)} B is beyond any real measurement (must be <= {MAX_BYTES:,})",
+                     "give the unedited nccl-tests output")
+            continue
+        if size == 0:
+            continue            # a 0-byte row (-b 0) moves nothing: no bandwidth measured
         cur.rows.append(_row(coll, cur.ranks, size, t_us * 1e-6, printed))
     errs.raise_if_any()
     for sw in sweeps:
@@ -154,53 +167,82 @@ def _row(coll: str, n: int, size: int, t: float, printed) -> Row:
     return Row(size, t, alg, alg * bus_factor(coll, n) if n else 0.0, printed)
 
 
-def parse_json(doc: dict, source: str, collective: str | None = None) -> list:
-    """The sweep of one `-J` JSON file."""
+def parse_json(doc: Any, source: str, collective: str | None = None) -> list:
+    """The sweep of one `-J` JSON file; every value it uses is checked for its type and range."""
     errs = Collector(source)
-    args = doc.get("args") or []
-    coll = collective or (_program(" ".join(map(str, args))) if args else None)
+    fix = "give the file written by nccl-tests -J"
+    c = Checker(errs, fix)
+    if not isinstance(doc, dict):
+        c.add("", f"the top level is a {type(doc).__name__}, not the mapping nccl-tests -J writes")
+        c.finish()
+    args = doc.get("args")
+    if args is None:
+        args = []
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        c.add("args", f"expected a list of command-line words, got {short(args, 60)}")
+        args = []
+    coll = collective or (_program(" ".join(args)) if args else None)
     devs = doc.get("devices") or []
     results = doc.get("results")
     if not isinstance(results, list):
-        errs.add("results", "missing or not a list", "give the file written by nccl-tests -J")
+        c.add("results", "missing or not a list")
     if coll is None:
-        errs.add("args", "cannot tell which collective this file measures", "pass collective=")
-    if not devs or not all(isinstance(d, dict) for d in devs):
-        errs.add("devices", "missing or not a list of device records: the number of ranks is unknown", "give the file written by nccl-tests -J")
-    errs.raise_if_any()
+        c.add("args", "cannot tell which collective this file measures", "keep the args nccl-tests records, or name the file after the test (all_reduce_....json)")
+    if not isinstance(devs, list) or not devs or not all(isinstance(d, dict) for d in devs):
+        c.add("devices", "missing or not a list of device records: the number of ranks is unknown")
+        devs = []
+    for i, d in enumerate(devs):
+        for k in ("hostname", "device_info"):
+            if k in d:
+                c.text(d[k], f"devices[{i}].{k}")
+    c.finish()
     n = len(devs)
+    if n > 2**20:
+        c.add("devices", f"{n:,} ranks is beyond any real measurement (must be <= {2**20:,})")
+        c.finish()
     sw = Sweep(coll, n, len({d.get("hostname") for d in devs}), "?", source,
                provenance={"nccl": str(doc.get("nccl_version", "")), "args": args,
                            "devices": sorted({str(d.get("device_info", "")) for d in devs}),
-                           "start_time": doc.get("start_time", "")})
+                           "start_time": str(doc.get("start_time", ""))})
     for i, r in enumerate(results):
-        body = r.get("out_of_place") or r.get("in_place")
+        if c.mapping(r, f"results[{i}]") is None:
+            continue
+        side = "out_of_place" if r.get("out_of_place") else "in_place"
+        body = r.get(side)
         if not body:
             continue
-        t = body.get("time", body.get("cpu_time"))
-        if not isinstance(r.get("size"), int) or not isinstance(t, (int, float)) or t <= 0:
-            errs.add(f"results[{i}]", "size or time missing, or time not > 0", "give the file written by nccl-tests -J")
+        if c.mapping(body, f"results[{i}].{side}") is None:
             continue
-        sw.dtype = r.get("type", sw.dtype)
+        tkey = "time" if "time" in body else "cpu_time"
+        size = c.whole(r.get("size"), f"results[{i}].size", lo=0, hi=MAX_BYTES)
+        t = c.number(body.get(tkey), f"results[{i}].{side}.{tkey}", MIN_TIME_S * 1e6, MAX_TIME_S * 1e6, what=" us")
+        if "type" in r:
+            c.text(r["type"], f"results[{i}].type")
+        if size is None or t is None or not size:
+            continue            # a problem (listed), or a 0-byte row: no bandwidth measured
+        if isinstance(r.get("type"), str):
+            sw.dtype = r["type"]
         pb = body.get("bus_bw")
-        sw.rows.append(_row(coll, n, r["size"], t * 1e-6, pb if isinstance(pb, (int, float)) else None))
-    errs.raise_if_any()
+        ok = isinstance(pb, (int, float)) and not isinstance(pb, bool) and math.isfinite(pb)
+        sw.rows.append(_row(coll, n, size, t * 1e-6, pb if ok else None))
+    c.finish()
     return [sw]
 
 
-def read(path: Path, collective: str | None = None) -> list:
-    """Sweeps of an nccl-tests log or `-J` JSON file."""
-    text = Path(path).read_text(errors="replace")
+def read(path: Path, collective: str | None = None, raw: bytes | None = None) -> list:
+    """Sweeps of an nccl-tests log or `-J` JSON file, read through the guarded reader (a regular
+    file of bounded size; JSON without duplicate keys or runaway nesting). `raw`: the file's
+    bytes, when the caller has read them already."""
+    errs = Collector(str(path))
+    fix = "give an nccl-tests log or the file nccl-tests -J wrote"
+    if raw is None:
+        raw = read_input(Path(path), errs, fix)
+    text = text_of(raw, errs, fix)
     if collective is None and _program(text) is None:
         # old logs do not name the test; a file named after it (all_gather_....txt) does
         stem = Path(path).name.lower()
         collective = next((v for k, v in sorted(PROGRAMS.items(), key=lambda kv: -len(kv[0])) if stem.startswith(k)), None)
-    if text.lstrip().startswith("{"):
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            errs = Collector(str(path))
-            errs.add("", f"not valid JSON ({e.msg} at line {e.lineno})", "give the complete file nccl-tests -J wrote")
-            errs.raise_if_any()
+    if text.lstrip().startswith(("{", "[")):
+        doc = tree_of(text, "json", errs, "give the complete file nccl-tests -J wrote")
         return parse_json(doc, str(path), collective)
     return parse_text(text, str(path), collective)

@@ -22,11 +22,15 @@ from pathlib import Path
 from simtrain.errors import ConfigError, Problem, ScheduleError
 from simtrain.schedules.registry import Action, Schedule
 from simtrain.schedules.validate import validate
+from simtrain.spec.files import TreeError, read_text, short
 
 TO_CSV = {"F": "F", "B": "I", "W": "W", "BW": "B"}
 FROM_CSV = {v: k for k, v in TO_CSV.items()}
 _ACTION = re.compile(r"^(\d+)(F|I|W|B)(\d+)$")
 _OVERLAP = re.compile(r"^\((.*)\)OVERLAP_F_B$")
+MAX_ROWS = 16_384         # pipeline ranks read when the plan's pp is not known
+MAX_DIGITS = 9            # digits of a stage or microbatch index
+MAX_PROBLEMS = 20
 _COMM = re.compile(r"^(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)(\d*)$")
 
 
@@ -52,23 +56,43 @@ def to_csv(s: Schedule) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_csv(path: str | Path, key: str = "parallel.schedule_csv") -> Schedule:
-    """Parses a CSV schedule; every problem becomes one ConfigError naming file, row and cell."""
+def _whole(x: object) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else None
+
+
+def read_csv(path: str | Path, key: str = "parallel.schedule_csv", pp: object = None, microbatches: object = None) -> Schedule:
+    """Parses a CSV schedule; every problem becomes one ConfigError naming file, row and cell.
+
+    Parsing is bounded: the file goes through the guarded reader (a regular file of at most
+    MAX_FILE_BYTES), at most `pp` rows are read (MAX_ROWS when the plan's pp is not known), and a
+    stage or microbatch index is refused past what the plan needs: a microbatch index from the
+    plan's `microbatches` on when known; else, and for stages always, from the number of compute
+    actions in the file on (a schedule runs every stage on every microbatch, so no index of a
+    valid one reaches that count)."""
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError([Problem(str(path), key, f"cannot read the schedule file ({e.strerror})", "check the path")])
-    except UnicodeDecodeError:
-        raise ConfigError([Problem(str(path), key, "is not a UTF-8 text file", "give a CSV schedule file")])
+        text = read_text(path)
+    except TreeError as e:
+        raise ConfigError([Problem(str(path), key, f"the schedule file {e}", "give a CSV schedule file (torchtitan's action format)")])
+    pp, microbatches = _whole(pp), _whole(microbatches)
+    max_rows = pp or MAX_ROWS
     problems = []
     rows = []
     lines = []          # file line of each row (blank lines are not ranks)
+    where = []          # (file line, cell) of each parsed cell, per row
     for ln, line in enumerate(text.splitlines(), 1):
+        if len(problems) >= MAX_PROBLEMS:
+            break
         if not line.strip():
             continue
+        if len(rows) >= max_rows:
+            more = sum(1 for x in text.splitlines()[ln - 1:] if x.strip())
+            problems.append(Problem(str(path), f"row {ln}", f"{more:,} rows beyond the first {max_rows:,}: the plan has "
+                                    + (f"pp={pp} pipeline ranks" if pp else f"at most {MAX_ROWS:,} rows are read"),
+                                    "write one row of actions per pipeline rank"))
+            break
         lines.append(ln)
-        row = []
+        row, pos = [], []
         for col, cell in enumerate(line.split(","), 1):
             cell = cell.strip()
             if not cell or _COMM.match(cell):
@@ -79,8 +103,13 @@ def read_csv(path: str | Path, key: str = "parallel.schedule_csv") -> Schedule:
             for part in parts:
                 pm = _ACTION.match(part.strip())
                 if not pm:
-                    problems.append(Problem(str(path), f"row {ln}, cell {col}", f"{part.strip()!r} is not an action",
+                    problems.append(Problem(str(path), f"row {ln}, cell {col}", f"{short(part.strip(), 40)} is not an action",
                                             "write <stage><F|I|W|B><microbatch>, e.g. 0F3, or (0F2;7B1)OVERLAP_F_B"))
+                    break
+                if len(pm.group(1)) > MAX_DIGITS or len(pm.group(3)) > MAX_DIGITS:
+                    what = "stage" if len(pm.group(1)) > MAX_DIGITS else "microbatch"
+                    problems.append(Problem(str(path), f"row {ln}, cell {col}", f"{what} index of {short(part.strip(), 40)} has "
+                                            f"more than {MAX_DIGITS} digits", f"number {what}s from 0 to what the plan has"))
                     break
                 parsed.append((int(pm.group(1)), FROM_CSV[pm.group(2)], int(pm.group(3))))
             else:
@@ -89,11 +118,30 @@ def read_csv(path: str | Path, key: str = "parallel.schedule_csv") -> Schedule:
                                             "pair exactly two, e.g. (0F2;7B1)OVERLAP_F_B"))
                     continue
                 row.append(parsed)
+                pos.append((ln, col))
         rows.append(row)
+        where.append(pos)
     if not rows and not problems:
         problems.append(Problem(str(path), "", "the schedule file has no rows", "write one row of actions per pipeline rank"))
+    # indexes beyond what the plan needs (the schedule would hold that many stages / microbatches)
+    n_actions = sum(len(cell) for row in rows for cell in row)
+    max_mb, max_st = microbatches or n_actions, n_actions
+    for row, pos in zip(rows, where):
+        for cell, (ln, col) in zip(row, pos):
+            for st, _, mb in cell:
+                if len(problems) >= MAX_PROBLEMS:
+                    break
+                if st >= max_st:
+                    problems.append(Problem(str(path), f"row {ln}, cell {col}", f"stage {st:,} is beyond the "
+                                            f"{max_st:,} actions of the file (each stage runs every microbatch)",
+                                            f"number the stages 0..{max_st - 1}"))
+                elif mb >= max_mb:
+                    problems.append(Problem(str(path), f"row {ln}, cell {col}", f"microbatch {mb:,} is beyond the "
+                                            + (f"plan's {max_mb} microbatches" if microbatches else f"{max_mb:,} actions of the file"),
+                                            f"number the microbatches 0..{max_mb - 1}"
+                                            + (" (global_batch_size / (micro_batch_size x dp))" if microbatches else "")))
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(problems[:MAX_PROBLEMS])
     rank_of: dict = {}
     for r, row in enumerate(rows):
         for cell in row:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -160,8 +161,8 @@ def parse_json(text: str) -> Any:
     return tree
 
 
-def read_text(path: str | Path) -> str:
-    """The text of a regular file of at most MAX_FILE_BYTES; TreeError otherwise. Nothing is read
+def read_bytes(path: str | Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; TreeError otherwise. Nothing is read
     from a device, a FIFO or a directory (opening a FIFO without a writer would block)."""
     try:
         st = os.stat(path)
@@ -169,19 +170,44 @@ def read_text(path: str | Path) -> str:
         raise TreeError(f"cannot read the file ({e.strerror})") from None
     if not stat.S_ISREG(st.st_mode):
         raise TreeError("is not a regular file (a device, a FIFO or a directory)")
-    if st.st_size > MAX_FILE_BYTES:
-        raise TreeError(f"is {st.st_size / 2**20:.1f} MiB; input files of at most {MAX_FILE_BYTES // 2**20} MiB are read")
+    if st.st_size > limit:
+        raise TreeError(f"is {st.st_size / 2**20:.1f} MiB; input files of at most {limit // 2**20} MiB are read")
     try:
         with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
+            data = f.read(limit + 1)
     except OSError as e:
         raise TreeError(f"cannot read the file ({e.strerror})") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise TreeError(f"is over {MAX_FILE_BYTES // 2**20} MiB; input files of at most that are read")
+    if len(data) > limit:
+        raise TreeError(f"is over {limit // 2**20} MiB; input files of at most that are read")
+    return data
+
+
+def read_text(path: str | Path) -> str:
+    """The text of a regular file of at most MAX_FILE_BYTES; TreeError otherwise."""
+    return decode_text(read_bytes(path))
+
+
+def decode_text(data: bytes) -> str:
+    """UTF-8 bytes -> text; TreeError otherwise."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise TreeError("is not a UTF-8 text file") from None
+
+
+def gunzip(data: bytes, limit: int) -> bytes:
+    """The decompressed bytes of gzip data, refused past `limit` bytes (a few kilobytes of gzip
+    can expand to gigabytes) or when the data is not gzip or ends early."""
+    d = zlib.decompressobj(wbits=31)
+    try:
+        out = d.decompress(data, limit + 1)
+    except zlib.error as e:
+        raise TreeError(f"is not a readable gzip file ({e})") from None
+    if len(out) > limit:
+        raise TreeError(f"decompresses to over {limit // 2**20} MiB; traces of at most that are read")
+    if not d.eof:
+        raise TreeError("is a truncated gzip file (it ends before the end of the compressed stream)")
+    return out
 
 
 def load_yaml(path: str | Path, errs: Collector, fix: str) -> Any:

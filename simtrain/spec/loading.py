@@ -485,7 +485,7 @@ def build_scenario(raw: dict, path: Path, errs: Collector,
         f = Path(parallel["schedule_csv"])
         f = f if f.is_absolute() else (base / f)
         try:
-            parallel["_csv_schedule"] = read_csv(f)
+            parallel["_csv_schedule"] = read_csv(f, pp=parallel.get("pp"), microbatches=_microbatches(training, parallel))
             parallel["schedule_csv"] = str(f.resolve())
             parallel["schedule"] = parallel["_csv_schedule"].name
         except ConfigError as e:
@@ -558,6 +558,15 @@ def _overridden_problems(problems: Iterable[Problem], overrides: dict, scenario:
         ours = any(p.path == k or p.path.startswith((k + ".", k + "[")) or (p.path and k.startswith(p.path + ".")) for k in leaves)
         out.append(Problem(scenario, f"cluster.topology.{p.path}", p.problem, p.fix) if ours else p)
     return out
+
+
+def _microbatches(training: dict | None, parallel: dict) -> int | None:
+    """The plan's microbatches per step, when the keys it comes from are valid whole numbers."""
+    t = training or {}
+    gb, mb, dp = t.get("global_batch_size"), t.get("micro_batch_size"), parallel.get("dp")
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (gb, mb, dp)) or gb % (mb * dp):
+        return None
+    return gb // (mb * dp)
 
 
 class _CsvDef:
