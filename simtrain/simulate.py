@@ -32,7 +32,15 @@ from simtrain.program.ir import EOp
 from simtrain.program.lowering import Lowering
 from simtrain.results.attribution import KINDS, attribute
 from simtrain.results.critical_path import critical_path
-from simtrain.results.memory import budget_of, capacity_of, comm_buffers, largest_layer_params, memory_fit, rank_static, static_memory  # noqa: F401 (re-exported)
+from simtrain.results.memory import (  # noqa: F401 (re-exported)
+    budget_of,
+    capacity_of,
+    comm_buffers,
+    largest_layer_params,
+    memory_fit,
+    rank_static,
+    static_memory,
+)
 from simtrain.results.step import (
     Breakdown,
     Collective,
