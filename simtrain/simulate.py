@@ -32,7 +32,15 @@ from simtrain.program.ir import EOp
 from simtrain.program.lowering import Lowering
 from simtrain.results.attribution import KINDS, attribute
 from simtrain.results.critical_path import critical_path
-from simtrain.results.memory import comm_buffers, largest_layer_params, memory_fit, rank_static, static_memory  # noqa: F401 (re-exported)
+from simtrain.results.memory import (  # noqa: F401 (re-exported)
+    budget_of,
+    capacity_of,
+    comm_buffers,
+    largest_layer_params,
+    memory_fit,
+    rank_static,
+    static_memory,
+)
 from simtrain.results.step import (
     Breakdown,
     Collective,
@@ -268,7 +276,8 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
         st = rank_static(sc, work, sched.stage_of[c.stage], buffers)
         act = tl.mem_peak[c.id]
         total = st.total + act
-        capacity = get_device(dev_of[c.id]).memory_bytes if mixed else dev.memory_bytes
+        capacity = (capacity_of(sc.cluster, get_device(dev_of[c.id]).memory_bytes, dev_of[c.id] == dev.key) if mixed
+                    else capacity_of(sc.cluster, dev.memory_bytes))
         entry = MemoryEntry(stage=c.stage, weights=st.weights, gradients=st.gradients, optimizer=st.optimizer,
                             activations=act, communication_buffers=st.buffers, total=total,
                             inflight_peak=tl.inflight_peak[c.id],
@@ -279,7 +288,8 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
         peak_mem = max(peak_mem, total)
         need.append((total, capacity))
     memory = [seen_stage[s] for s in sorted(seen_stage)]
-    fit = memory_fit(need)
+    fit = memory_fit(need, sc.cluster.reserve_of)
+    budget = budget_of(sc.cluster, dev.memory_bytes)
     crit = max(classes, key=lambda c: (attr[c.id]["compute_s"], -c.id))
     ca = attr[crit.id]
     bubble_frac = sum(attr[c.id]["bubble_s"] * c.multiplicity for c in classes) / (step * world) if step > 0 else 0.0
@@ -293,7 +303,9 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
         hardware_flops_per_step=hflops,
         bubble_fraction=bubble_frac,
         peak_memory_bytes=peak_mem,
-        memory_capacity_bytes=dev.memory_bytes,
+        memory_capacity_bytes=budget.capacity,
+        memory_reserve_bytes=budget.reserve,
+        usable_memory_bytes=budget.usable,
         fits_in_memory=fit.fits,
         memory_shortfall_bytes=fit.shortfall_bytes,
         num_devices=world,

@@ -222,6 +222,22 @@ CASES = [
     Case("explicit-no-route", "devices[2]", "no route between", topology=ISLANDS, set=(("cluster.nodes", "2"),)),
     Case("explicit-transit-not-bool", "allow_device_transit", "", topology=RAIL_ONLY, set=(("cluster.nodes", "2"),),
          topo=(("allow_device_transit", "maybe"),)),
+    # device memory: capacity override and the reserve held back
+    Case("memory-capacity-bare-number", "cluster.memory_capacity", "unit", set=(("cluster.memory_capacity", "80"),)),
+    Case("memory-capacity-negative", "cluster.memory_capacity", ">= 0", set=(("cluster.memory_capacity", '"-80 GiB"'),)),
+    Case("memory-capacity-nan", "cluster.memory_capacity", "cannot read", set=(("cluster.memory_capacity", '"nan GiB"'),)),
+    Case("memory-capacity-absurd", "cluster.memory_capacity", "out of range", set=(("cluster.memory_capacity", '"5 PiB"'),)),
+    Case("memory-capacity-tiny", "cluster.memory_capacity", "out of range", set=(("cluster.memory_capacity", '"12 B"'),)),
+    Case("memory-reserve-over-capacity", "cluster.memory_reserve", "leaves nothing", set=(("cluster.memory_reserve", '"80 GiB"'),)),
+    Case("memory-reserve-over-override", "cluster.memory_reserve", "leaves nothing",
+         set=(("cluster.memory_capacity", '"16 GiB"'), ("cluster.memory_reserve", '"20 GiB"'))),
+    Case("memory-reserve-fraction-one", "cluster.memory_reserve", "< 1", set=(("cluster.memory_reserve", "1.0"),)),
+    Case("memory-reserve-negative", "cluster.memory_reserve", ">= 0", set=(("cluster.memory_reserve", "-0.1"),)),
+    Case("memory-reserve-nan", "cluster.memory_reserve", "fraction", set=(("cluster.memory_reserve", ".nan"),)),
+    Case("memory-reserve-negative-size", "cluster.memory_reserve", ">= 0", set=(("cluster.memory_reserve", '"-2 GiB"'),)),
+    Case("memory-reserve-absurd-size", "cluster.memory_reserve", "finite", set=(("cluster.memory_reserve", '"1e30 B"'),)),
+    Case("memory-reserve-text", "cluster.memory_reserve", "cannot read", set=(("cluster.memory_reserve", "lots"),)),
+    Case("memory-reserve-list", "cluster.memory_reserve", "size or a fraction", set=(("cluster.memory_reserve", "[1, 2]"),)),
 ]
 
 

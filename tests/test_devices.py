@@ -3,7 +3,7 @@ import math
 import pytest
 
 from simtrain.errors import ConfigError
-from simtrain.hardware.devices import get_device, load_profile, preset_names
+from simtrain.hardware.devices import _raw, get_device, load_profile, preset_names
 
 
 def test_gemm_curve_worked_example():
@@ -88,9 +88,23 @@ def test_a_bad_profile_is_checked_against_its_declaration(tmp_path):
 
 def test_list_devices_shows_peaks_memory_and_bandwidth(capsys):
     """`simtrain list devices`: dense peak per precision, capacity and bandwidth, as the presets
-    state them (A100 SXM4 80GB datasheet: 312 TFLOP/s bf16 and fp16, 156 tf32, 19.5 fp32; 80 GB
-    at 2039 GB/s)."""
+    state them (A100 SXM4 80GB datasheet: 312 TFLOP/s bf16 and fp16, 156 tf32, 19.5 fp32; 80 GiB
+    (nvidia-smi's 81920 MiB) at 2039 GB/s)."""
     from simtrain.cli.main import main
     assert main(["list", "devices"]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("a100-sxm4-80gb "))
-    assert "bf16 312, fp16 312, tf32 156, fp32 19.5 TFLOP/s; 80 GB at 2039 GB/s" in line
+    assert "bf16 312, fp16 312, tf32 156, fp32 19.5 TFLOP/s; 80 GiB at 2039 GB/s" in line
+
+
+def test_capacities_are_binary_as_the_devices_expose_them():
+    """Capacities are nvidia-smi's memory.total in MiB (2**20 B), not decimal GB. Hand derivation:
+    A100 80GB: 81920 MiB = 80 x 2**30 = 85,899,345,920 B (not 80e9); A100 40GB: 40960 MiB =
+    42,949,672,960 B; H100 / H800: 81559 MiB x 2**20 = 85,520,809,984 B; H200: 143771 MiB x 2**20
+    = 150,754,820,096 B (140.4 GiB, the datasheet's "141 GB"); MLU370-X8 48 GiB = 51,539,607,552 B."""
+    assert get_device("a100-sxm4-80gb").memory_bytes == 85_899_345_920 == 80 * 2**30
+    assert get_device("a100-sxm4-40gb").memory_bytes == 42_949_672_960
+    assert get_device("h100-sxm5-80gb").memory_bytes == get_device("h800-sxm5-80gb").memory_bytes == 85_520_809_984
+    assert get_device("h200-sxm-141gb").memory_bytes == 150_754_820_096
+    assert get_device("mlu370-x8").memory_bytes == 51_539_607_552
+    for key in ("a100-sxm4-80gb", "a100-sxm4-40gb", "h100-sxm5-80gb", "h800-sxm5-80gb", "h200-sxm-141gb", "mlu370-x8", "mlu590"):
+        assert _raw()[key]["capacity_source"], key

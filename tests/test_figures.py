@@ -135,7 +135,8 @@ def test_compute_spans_carry_the_data_parallel_tail(tmp_path):
 def test_search_figure_keeps_dollar_signs():
     plan = SimpleNamespace(label=lambda: "tp 4 pp 8 ($0.69/Mtok)")
     res = SimpleNamespace(ranked=[SimpleNamespace(plan=plan, result=SimpleNamespace(
-        peak_memory_bytes=(30 + i) * GiB, step_time_s=10.0 - i, fits_in_memory=True, memory_capacity_bytes=80 * GiB))
+        peak_memory_bytes=(30 + i) * GiB, step_time_s=10.0 - i, fits_in_memory=True, memory_capacity_bytes=80 * GiB,
+        usable_memory_bytes=76 * GiB))
         for i in range(3)])
     assert_no_mathtext(search_figure(res, "cost objective: US$ per million tokens at $2/device-h"))
 

@@ -99,7 +99,9 @@ def test_plan_that_does_not_fit_is_simulated_and_says_by_how_much(tmp_path, fast
     sc, topo = load_scenario(path)
     r = simulate(sc, topo).result
     assert r.fits_in_memory is False
-    assert r.memory_shortfall_bytes == pytest.approx(r.peak_memory_bytes - 40e9)
+    # A100 40GB: 40960 MiB = 40 GiB; the default reserve 0.05 holds back 2 GiB -> 38 GiB usable
+    assert r.memory_capacity_bytes == 40 * 2**30 and r.memory_reserve_bytes == pytest.approx(2 * 2**30)
+    assert r.memory_shortfall_bytes == pytest.approx(r.peak_memory_bytes - 38 * 2**30)
     assert r.step_time_s > 0
 
 

@@ -53,7 +53,8 @@ def test_shipped_profile_loads(name):
 # entries, "[]" marks one). A change here changes the files users parse.
 COMMON_KEYS = [
     'scenario', 'step_time_s', 'tokens_per_s', 'mfu', 'hfu', 'model_flops_per_step', 'hardware_flops_per_step',
-    'bubble_fraction', 'peak_memory_bytes', 'memory_capacity_bytes', 'fits_in_memory', 'memory_shortfall_bytes',
+    'bubble_fraction', 'peak_memory_bytes', 'memory_capacity_bytes', 'memory_reserve_bytes', 'usable_memory_bytes',
+    'fits_in_memory', 'memory_shortfall_bytes',
     'num_devices', 'num_microbatches', 'schedule', 'model_stages', 'device', 'precision', 'breakdown', 'breakdown.rank',
     'breakdown.stage', 'breakdown.compute_s', 'breakdown.bubble_s', 'breakdown.exposed_comm_s',
     'breakdown.exposed_comm_s.tp', 'breakdown.exposed_comm_s.cp', 'breakdown.exposed_comm_s.ep',

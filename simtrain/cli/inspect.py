@@ -14,7 +14,7 @@ from simtrain.network.collectives import ALGORITHMS, PROTOCOLS
 from simtrain.network.flows import FLOW_ALGORITHMS
 from simtrain.plan.grid import RankGrid, placement_of
 from simtrain.results.io import check_out_file, write_atomic
-from simtrain.results.memory import memory_fit, rank_static
+from simtrain.results.memory import budget_of, memory_fit, rank_static
 from simtrain.schedules import SCHEDULES, schedule_for
 from simtrain.schedules.csvio import to_csv
 from simtrain.spec.loading import model_presets
@@ -34,16 +34,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"  sequences of {sc.model.seq_length:,} tokens, global batch {sc.training.global_batch_size:,}, "
           f"micro batch {sc.training.micro_batch_size}")
     print(f"  topology {topo.name}: {topo.describe()}")
+    budget = budget_of(sc.cluster, dev.memory_bytes)
+    print(f"  device memory {fmt_bytes(budget.capacity)} ({dev.key}{', cluster.memory_capacity' if sc.cluster.memory_capacity else ''})"
+          f" - reserve {fmt_bytes(budget.reserve)} (cluster.memory_reserve) = {fmt_bytes(budget.usable)} usable")
     print("  static memory per rank (weights + gradients + optimizer + buffers, before activations):")
     need = []
     for r, held in enumerate(sched.stage_of):
         tot = rank_static(sc, work, held).total
-        need.append((tot, dev.memory_bytes))
+        need.append((tot, budget.capacity))
         layers = " + ".join(str(work[k].num_layers) for k in held)
         chunks = f" (model stages {', '.join(map(str, held))})" if len(held) > 1 else ""
         print(f"    pipeline rank {r}: {layers} layers{chunks}, {fmt_bytes(tot)}")
-    if not memory_fit(need).fits:
-        print(f"  warning: static memory alone exceeds the {fmt_bytes(dev.memory_bytes)} of {dev.key}")
+    if not memory_fit(need, sc.cluster.reserve_of).fits:
+        print(f"  warning: static memory alone exceeds the {fmt_bytes(budget.usable)} usable of {dev.key}")
     grid = RankGrid(p.tp, p.cp, p.dp, p.pp)
     place = placement_of(sc, grid, topo)
     crossing = [g for g in grid.groups("tp") if len({topo.node_of(place[r]) for r in g}) > 1]

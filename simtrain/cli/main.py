@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--schedules", metavar="S1,S2,...", help="pipeline schedules to try (default 1f1b,interleaved_1f1b)")
     se.add_argument("--max-mb", type=int, default=8, metavar="N", help="largest micro batch size tried (default 8)")
     se.add_argument("--zero", metavar="Z1,Z2,...", help="ZeRO stages to try (default 0,1)")
+    se.add_argument("--memory-margin", type=float, default=search.MEMORY_MARGIN, metavar="FRACTION",
+                    help="plans whose peak is within this share of the usable memory rank after plans with headroom "
+                         f"(default {search.MEMORY_MARGIN:g}; 0: by the objective alone)")
     se.add_argument("--out", metavar="DIR", help="write best.yaml (ready to run), search.csv, search.png")
     se.set_defaults(fn=search.main)
     lst = sub.add_parser("list", help="list shipped devices, profiles, topologies, schedules, collectives, models")

@@ -40,8 +40,10 @@ def summary(r: StepResult, wall: float, sc: Scenario) -> str:
         f"  MFU                {100 * r.mfu:.1f} %   (HFU {100 * r.hfu:.1f} %, incl. recompute)",
         f"  model FLOPs/step   {r.model_flops_per_step:.3e}",
         f"  pipeline bubble    {100 * r.bubble_fraction:.1f} % of device time",
-        f"  peak memory        {fmt_bytes(r.peak_memory_bytes)} of {fmt_bytes(r.memory_capacity_bytes)}"
+        f"  peak memory        {fmt_bytes(r.peak_memory_bytes)} of {fmt_bytes(r.usable_memory_bytes)} usable"
         + ("" if r.fits_in_memory else f"  DOES NOT FIT: {fmt_bytes(r.memory_shortfall_bytes)} short"),
+        f"                     (capacity {fmt_bytes(r.memory_capacity_bytes)} - reserve {fmt_bytes(r.memory_reserve_bytes)}, "
+        "cluster.memory_reserve)",
         "",
         f"  where the step goes (rank {b.rank}, stage {b.stage}, the busiest):",
         f"    compute          {fmt_time(b.compute_s):>10}  {100 * b.compute_s / step:5.1f} %",

@@ -238,13 +238,14 @@ def get_device(key: str) -> Device:
 def describe(key: str) -> str:
     """One line per preset: its name, dense peak per precision, memory capacity and bandwidth, and
     the source, e.g. `a100-sxm4-80gb    NVIDIA A100-SXM4-80GB: bf16 312, fp16 312, tf32 156,
-    fp32 19.5 TFLOP/s; 80 GB at 2039 GB/s — NVIDIA A100 datasheet, ...`."""
+    fp32 19.5 TFLOP/s; 80 GiB at 2039 GB/s — NVIDIA A100 datasheet, ...` (capacity in GiB, what
+    the device exposes; bandwidth in decimal GB/s as datasheets print it)."""
     d = _raw()[key]
     dev = get_device(key)
     order = ("fp8", "bf16", "fp16", "tf32", "fp32")
     peaks = ", ".join(f"{k} {dev.peak_flop_per_s[k] / 1e12:g}" for k in sorted(dev.peak_flop_per_s, key=lambda k: (
         order.index(k) if k in order else len(order), k)))
-    return (f"{key:16s} {d['name']}: {peaks} TFLOP/s; {dev.memory_bytes / 1e9:g} GB at {dev.memory_bw / 1e9:g} GB/s"
+    return (f"{key:16s} {d['name']}: {peaks} TFLOP/s; {dev.memory_bytes / 2**30:.4g} GiB at {dev.memory_bw / 1e9:g} GB/s"
             f" — {d['source']}")
 
 

@@ -44,11 +44,12 @@ from collections.abc import Callable, Sequence
 from simtrain.cost.roofline import ComputeCostModel, sequence_time
 from simtrain.hardware.topology import Topology
 from simtrain.network.backend import NetworkBackend, Timing
-from simtrain.plan.grid import RankClass
+from simtrain.network.collectives import choose
+from simtrain.plan.grid import RankClass, group_shape
 from simtrain.program.gradients import GradientTraffic
 from simtrain.program.ir import EOp
 from simtrain.program.merge import merge_chains, merge_pair
-from simtrain.program.optimizer import optimizer_step
+from simtrain.program.optimizer import GRAD_NORM_BYTES, optimizer_step
 from simtrain.program.pipeline import PipelineTraffic
 from simtrain.schedules import Action, Schedule
 from simtrain.spec.scenario import Scenario
@@ -67,6 +68,8 @@ class Lowering:
         the compute op before them (`fusable`), which halves the ops of a tensor-parallel step.
         `network`: the step's network backend, which times every collective and transfer."""
         self.sc, self.topo, self.work, self.classes, self.sched, self.costs = sc, topo, work, classes, sched, costs
+        self.place = place
+        self._grad_norm_s: float | None = None
         self.work_of = work_of or (lambda ep_rank: work)
         self.class_costs = class_costs or {}       # class id -> cost model (stragglers, mixed devices)
         self.link_factor = link_factor or {}       # class id -> time factor of its transfers
@@ -87,6 +90,16 @@ class Lowering:
         op.order = float(op.id)
         self.ops.append(op)
         return op
+
+    def grad_norm_time(self) -> float:
+        """Seconds of the global gradient-norm all-reduce (a few bytes over every rank of the
+        step), computed once per step; see `optimizer.grad_norm_barrier`."""
+        if self._grad_norm_s is None:
+            devs = list(self.place) if self.place is not None else list(range(self.sc.world_size))
+            net = self.sc.network
+            self._grad_norm_s = choose("all_reduce", GRAD_NORM_BYTES, group_shape(devs, self.topo), self.topo,
+                                       net.algorithm_for("all_reduce"), net.protocol).seconds
+        return self._grad_norm_s
 
     def costs_of(self, c: RankClass) -> ComputeCostModel:
         """The class's compute cost model (its device type, slowed by its straggler factors)."""

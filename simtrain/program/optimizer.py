@@ -1,9 +1,9 @@
 """The end of one rank class's program: DualPipe's gradient exchange between the two ranks that
-hold the same stages, and the optimizer step.
+hold the same stages, the global gradient-norm all-reduce, and the optimizer step.
 
 Takes the class's schedule walk (`lowering.ClassLowering`), the op ids the step waits for (its
-gradient reductions) and the class's dense and expert parameter counts; adds the exchange and
-the optimizer op to the step's op list and returns the optimizer op.
+gradient reductions) and the class's dense and expert parameter counts; adds the exchange, the
+gradient-norm all-reduce and the optimizer op to the step's op list and returns the optimizer op.
 """
 from __future__ import annotations
 
@@ -19,6 +19,34 @@ OPT_BYTES_PER_PARAM = 34.0
 """Adam step with fp32 master weights, memory-bound: read grad, master, m, v (4 x 4 B), write
 master, m, v (3 x 4 B) and the 16-bit weight (2 B), plus one 4 B read of the gradient for the
 global-norm clip: 16 + 14 + 4 = 34 bytes per local parameter."""
+
+
+GRAD_NORM_BYTES = 4.0
+"""Bytes of the gradient-norm all-reduce: one fp32 value, the sum of squares of the local
+gradients (Megatron-LM megatron/core/optimizer/clip_grads.py, get_grad_norm_fp32:
+`total_norm` all-reduced with ReduceOp.SUM)."""
+
+
+def grad_norm_barrier(prog: ClassLowering, deps: list[int]) -> list[int]:
+    """The global gradient norm for clipping, after the gradient reduction and before the step.
+
+    Megatron-LM all-reduces the squared norm over the optimizer's grad-stats group
+    (megatron/core/optimizer/distrib_optimizer.py, get_grad_stats_parallel_group: "With the
+    distributed optimizer, gradient statistics (num_zeros & norm) are reduced over all ranks in
+    the distributed optimizer instance (versus only the model-parallel ranks with the
+    non-distributed optimizer)"). simtrain models it as one all-reduce of GRAD_NORM_BYTES over
+    every rank of the step, a rendezvous of every rank class: no rank's optimizer starts before
+    the last rank has reduced its gradients. Without the distributed optimizer (ZeRO 0) the group
+    is the model-parallel ranks, but each of them has first waited for its data-parallel gradient
+    all-reduce, so the wait is the same; only the few-microsecond duration is that of the larger
+    group. It is timed in closed form over the whole world's group shape (a few bytes: latency,
+    no contention to share) and runs on the dp stream."""
+    low, c = prog.low, prog.c
+    ids = tuple(x.id for x in low.classes)
+    op = low._new(c, stream="dp", kind="coll", category="dp", duration=low.grad_norm_time() * low.slowest_link(ids),
+                  label="all_reduce:grad_norm", deps=list(deps), bytes=GRAD_NORM_BYTES,
+                  rendezvous=("grad_norm", 0, ids) if len(ids) > 1 else None, peers=len(ids))
+    return [op.id]
 
 
 def twin_exchange(prog: ClassLowering, deps: list[int], shard: float) -> list[int]:
@@ -40,13 +68,13 @@ def twin_exchange(prog: ClassLowering, deps: list[int], shard: float) -> list[in
 
 def optimizer_step(prog: ClassLowering, grads: GradientTraffic, deps: list[int], dense: float, expert: float) -> EOp:
     """The optimizer step over the class's local parameters (sharded over dp x cp for dense and
-    over the expert-data-parallel group for expert weights under ZeRO >= 1), after `deps` and,
-    under DualPipe, the twin exchange."""
+    over the expert-data-parallel group for expert weights under ZeRO >= 1), after `deps`, under
+    DualPipe the twin exchange, and the global gradient-norm all-reduce (`grad_norm_barrier`)."""
     low, c, p = prog.low, prog.c, prog.p
     dpcp, edp, zero = p.dp * p.cp, prog.sc.expert_dp, grads.zero
     shard = (dense / (dpcp if zero >= 1 and grads.dp_on else 1)
              + expert / (edp if zero >= 1 and grads.edp_on else 1))
-    deps = twin_exchange(prog, deps, shard)
+    deps = grad_norm_barrier(prog, twin_exchange(prog, deps, shard))
     local = dense / (dpcp if zero >= 1 else 1) + expert / (edp if zero >= 1 else 1)
     return low._new(c, stream="compute", kind="compute", category="opt",
                     duration=low.costs_of(c).memory_time(OPT_BYTES_PER_PARAM * local), label="optimizer_step", deps=deps)

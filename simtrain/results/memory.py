@@ -3,7 +3,9 @@
     static   weights + gradients + optimizer state of the model stages a pipeline rank holds
     buffers  communication buffers (pipeline, tensor-parallel, ZeRO-3 gathers, MoE dispatch)
     total    static + buffers + activations (the simulated peak, or a bound of it)
-    fits     every rank's total <= the memory of the device it runs on
+    fits     every rank's total <= the usable memory of the device it runs on: its capacity
+             (cluster.memory_capacity, else the preset's) less cluster.memory_reserve (CUDA
+             context, NCCL buffers, allocator fragmentation: what the model does not count)
 
 `simulate` reports fits_in_memory with the simulated activation peak, `simtrain check` with the
 static part alone (no activations yet), the plan search prunes with the lower bound of one
@@ -11,8 +13,9 @@ microbatch-chunk's activations: all three apply `memory_fit` to totals built by 
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from simtrain.spec.scenario import Scenario
 from simtrain.workload.ir import ACT_BYTES
@@ -89,13 +92,41 @@ def rank_static(sc: Scenario, work: Sequence, held: Sequence[int], buffers: floa
 @dataclass(frozen=True)
 class MemoryFit:
     fits: bool
-    shortfall_bytes: float          # the largest excess of a rank over its device's memory; 0 when it fits
+    shortfall_bytes: float          # the largest excess of a rank over its device's usable memory; 0 when it fits
 
 
-def memory_fit(totals: Iterable[tuple[float, float]]) -> MemoryFit:
-    """(bytes a rank needs, bytes its device has) for every rank -> whether all fit and by how much
-    the worst misses. Example: (70, 80) and (90, 80) GiB -> does not fit, 10 GiB short; (80, 80) fits."""
+def memory_fit(totals: Iterable[tuple[float, float]], reserve: Callable[[float], float] | None = None) -> MemoryFit:
+    """(bytes a rank needs, bytes its device has) for every rank -> whether all fit in what the
+    reserve leaves (capacity - reserve(capacity); `reserve` is ClusterSpec.reserve_of, None holds
+    nothing back) and by how much the worst misses. Examples: (70, 80) and (90, 80) GiB -> does
+    not fit, 10 GiB short; (80, 80) fits; (78, 80) with a 4 GiB reserve -> 2 GiB short."""
     short = 0.0
     for need, capacity in totals:
-        short = max(short, need - capacity)
+        short = max(short, need - (capacity - (reserve(capacity) if reserve is not None else 0.0)))
     return MemoryFit(short <= 0.0, short)
+
+
+def capacity_of(cluster: Any, preset_bytes: float, main: bool = True) -> float:
+    """The memory of a device of the cluster: cluster.memory_capacity for the cluster's own device
+    type (`main`) when given, else the preset's (or profile's) `preset_bytes`. Blocks of another
+    type in `mixed` keep their presets'."""
+    cap = getattr(cluster, "memory_capacity", None)
+    return cap if cap is not None and main else preset_bytes
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """What a device offers a run: capacity, the reserve held back, and the rest (usable)."""
+    capacity: float
+    reserve: float
+
+    @property
+    def usable(self) -> float:
+        return self.capacity - self.reserve
+
+
+def budget_of(cluster: Any, preset_bytes: float, main: bool = True) -> MemoryBudget:
+    """The cluster's memory budget on a device. Example: an A100 80GB (80 GiB) with the default
+    reserve (0.05) -> 80 GiB capacity, 4 GiB reserve, 76 GiB usable."""
+    cap = capacity_of(cluster, preset_bytes, main)
+    return MemoryBudget(cap, cluster.reserve_of(cap))

@@ -227,7 +227,9 @@ class StepResult(Section):
     hardware_flops_per_step: float
     bubble_fraction: float
     peak_memory_bytes: float
-    memory_capacity_bytes: float
+    memory_capacity_bytes: float        # the device's (or cluster.memory_capacity)
+    memory_reserve_bytes: float         # held back: CUDA context, NCCL buffers, fragmentation (cluster.memory_reserve)
+    usable_memory_bytes: float          # capacity - reserve: what fits_in_memory compares the peak with
     fits_in_memory: bool
     memory_shortfall_bytes: float
     num_devices: int

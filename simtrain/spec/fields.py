@@ -77,6 +77,8 @@ class Key:
     attr      where the dump reads the value: a field name, or an index into a tuple entry
     minimum   the smallest value allowed (numbers; a unit kind in SI), checked and in the JSON Schema
     maximum   the largest value allowed (likewise)
+    dumper    how the resolved dump writes the value, where the plain value would not load again
+              (a size in SI bytes is written back with its unit)
 
     A kind may also be a function returning the tuple of allowed values (a registry read late).
     """
@@ -98,6 +100,7 @@ class Key:
     attr: Any = None
     minimum: Any = None
     maximum: Any = None
+    dumper: Optional[Callable] = None
 
     @property
     def required(self) -> bool:
@@ -430,6 +433,8 @@ def dump(obj: Any, section: Section) -> dict:
 
 
 def _plain(v, key: Key):
+    if key.dumper is not None and v is not None:
+        return key.dumper(v)
     sub = key.entries()
     if sub is not None and v is not None and not isinstance(v, (str, int, float)):
         if key.many:

@@ -61,6 +61,43 @@ TOP = tuple(SCENARIO)
 MAX_MICROBATCHES = 16_384
 REQUIRED_SECTIONS = tuple(k for k, key in SCENARIO.items() if key.required)
 
+def _resolve_memory(cluster: dict, capacities: list, errs: Collector) -> None:
+    """cluster.memory_reserve -> one float (a fraction of the capacity below 1, else bytes; see
+    ClusterSpec.reserve_of), checked against the capacities of the devices in use: what is left
+    for the run, capacity - reserve, must be more than nothing on every device."""
+    raw = cluster.get("memory_reserve")
+    fix = 'write a size such as "6 GiB", or a fraction of the capacity such as 0.05'
+    if isinstance(raw, str):
+        size = parse_value(raw, "bytes", "cluster.memory_reserve", errs)
+        if size is None:
+            cluster["memory_reserve"] = None
+            return
+        if 0 < size < 1:
+            errs.add("cluster.memory_reserve", f"{short(raw, 40)} is less than one byte", f"{fix}, or 0")
+            cluster["memory_reserve"] = None
+            return
+        cluster["memory_reserve"] = size
+    elif isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        errs.add("cluster.memory_reserve", f"expected a size or a fraction, got {short(raw, 40)}", fix)
+        cluster["memory_reserve"] = None
+        return
+    elif not (math.isfinite(raw) and 0 <= raw < 1):
+        errs.add("cluster.memory_reserve", f"a fraction of the capacity must be >= 0 and < 1, got {short(raw, 40)}",
+                 f"{fix} (a number is a fraction; give a size with its unit)")
+        cluster["memory_reserve"] = None
+        return
+    else:
+        cluster["memory_reserve"] = float(raw)
+    r = cluster["memory_reserve"]
+    for name, cap in capacities:
+        held = r * cap if r < 1 else r
+        if held >= cap:
+            errs.add("cluster.memory_reserve", f"{short(raw, 40)} leaves nothing of the {cap / 2**30:.4g} GiB of {name}",
+                     "give a reserve smaller than the device memory (e.g. \"6 GiB\" or 0.05)")
+            cluster["memory_reserve"] = None
+            return
+
+
 def _resolve_heterogeneity(cluster: dict, errs: Collector) -> None:
     """cluster.stragglers / jitter / mixed -> the spec's tuples (see simtrain.plan.heterogeneity)."""
     nodes = cluster.get("nodes")
@@ -469,6 +506,8 @@ def build_scenario(raw: dict, path: Path, errs: Collector,
                              f"set cluster.device: {dev.base} or use a profile of {cluster['device']}")
             except ConfigError as e:
                 errs.problems.extend(e.problems)
+    if cluster is not None:
+        _resolve_memory(cluster, _capacities(cluster), errs)
     if cluster and cluster.get("topology"):
         tfile = find_topology_file(cluster["topology"], base)
         if tfile is None:
@@ -517,7 +556,8 @@ def build_scenario(raw: dict, path: Path, errs: Collector,
         cluster=ClusterSpec(device=cluster["device"], topology_file=cluster["topology"], nodes=cluster["nodes"],
                             device_profile=cluster.get("device_profile") or "", stragglers=cluster["stragglers"],
                             jitter=cluster["jitter"], mixed=cluster["mixed"], straggler_model=cluster["straggler_model"],
-                            topology_overrides=json.dumps(topo_over, sort_keys=True) if topo_over else ""),
+                            topology_overrides=json.dumps(topo_over, sort_keys=True) if topo_over else "",
+                            memory_capacity=cluster.get("memory_capacity"), memory_reserve=cluster["memory_reserve"]),
         network=NetworkSpec(**network), seed=seed, source_file=str(path),
     )
     return sc, topo
@@ -567,6 +607,27 @@ def _microbatches(training: dict | None, parallel: dict) -> int | None:
     if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (gb, mb, dp)) or gb % (mb * dp):
         return None
     return gb // (mb * dp)
+
+
+def _capacities(cluster: dict) -> list:
+    """(device, bytes) of every device type the cluster runs, as far as the file names them well
+    enough to know: cluster.memory_capacity in place of `device`'s own, mixed blocks their presets'."""
+    out = []
+    cap = cluster.get("memory_capacity")
+    dev = cluster.get("device")
+    if cap is not None:
+        out.append((dev or "cluster.device", cap))
+    elif cluster.get("device_profile") and Path(cluster["device_profile"]).is_file():
+        try:
+            out.append((dev, devices.load_profile(cluster["device_profile"]).memory_bytes))
+        except ConfigError:
+            pass
+    elif dev in devices.preset_names():
+        out.append((dev, devices.get_device(dev).memory_bytes))
+    for _, d in cluster.get("mixed") or ():
+        if d in devices.preset_names():
+            out.append((d, devices.get_device(d).memory_bytes))
+    return out
 
 
 class _CsvDef:

@@ -213,6 +213,34 @@ JITTER = Section({
     "sigma": Key("float", doc="relative standard deviation (>= 0; 0.02: 2 %)", attr="sigma", minimum=0.0, maximum=10.0),
 })
 
+def bytes_text(n: float) -> str:
+    """A size in bytes as a string with its unit that reads back to the same float.
+
+    >>> bytes_text(85899345920.0)
+    '85899345920 B'
+    """
+    return f"{n:.17g} B"
+
+
+def _reserve_text(v: float) -> object:
+    return v if v < 1 else bytes_text(v)
+
+
+MEMORY_RESERVE_DEFAULT = 0.05
+"""cluster.memory_reserve when none is given: 5 % of each device's capacity (4 GiB of 80 GiB,
+7 GiB of an H200), held back for what the memory model does not count. Its parts:
+  CUDA context      about 0.3-0.4 GiB: 287,047,680 B measured with lazy module loading
+                    (pytorch/pytorch PR #86509), "around 400MB" for CUDA >= 11.7 (ptrblck,
+                    pytorch/pytorch issue #109888)
+  NCCL buffers      NCCL_BUFFSIZE, 4 MiB by default (NCCL user guide, Environment Variables), per
+                    channel, peer and direction: with 16-32 channels and a few communicators
+                    (tp, dp, pp) about 0.5-1 GiB - an estimate, not a measurement
+  fragmentation     the rest, about 3.5 % of capacity: ASSUMED. The caching allocator's measured
+                    fragmentation is larger under recomputation, offloading and ZeRO (GMLake,
+                    Guo et al., ASPLOS 2024: 15 % on average, up to 33 %, eight LLMs on A100-80GB),
+                    smaller for steady Megatron steps; set memory_reserve to your own measurement.
+"""
+
 MIXED = Section({
     "nodes": Key("posint", doc="nodes of this block", attr=0, maximum=65_536),
     "device": Key("str", doc="device preset of the block", attr=1, choices=_DEVICES),
@@ -242,10 +270,33 @@ class ClusterSpec:
     # `--set cluster.topology.<key>=value`, as sorted JSON (the spec stays hashable); dumped by
     # Scenario.resolved as that mapping
     topology_overrides: str = ""
+    memory_capacity: Optional[float] = spec_field(
+        "bytes", "memory of every device of `device`, in place of the preset's (e.g. \"80 GiB\"); mixed blocks keep theirs",
+        default=None, optional=True, dump="none", minimum=2.0**20, maximum=2.0**50, dumper=bytes_text)
+    memory_reserve: float = spec_field(
+        "any", "memory held back on every device for CUDA context, NCCL buffers and allocator fragmentation: "
+        "a size (\"6 GiB\") or a fraction of the capacity in [0, 1); what fits is capacity - reserve",
+        default=MEMORY_RESERVE_DEFAULT, dumper=_reserve_text,
+        json={"anyOf": [{"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+                        {"type": "string", "pattern": r"^\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*(?:Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?[Bb]\s*$"}],
+              "description": "a size such as \"6 GiB\", or a fraction of the capacity in [0, 1)"})
 
     @property
     def heterogeneous(self) -> bool:
         return bool(self.stragglers or (self.jitter is not None and self.jitter.sigma > 0) or self.mixed)
+
+    def reserve_of(self, capacity: float) -> float:
+        """Bytes held back on a device of `capacity` bytes: memory_reserve is stored as one float,
+        a fraction of the capacity when below 1, else bytes (a reserve of under one byte is no
+        size). Example: 0.05 of 80 GiB -> 4 GiB; "6 GiB" (6442450944.0) -> 6 GiB on any device.
+
+        >>> ClusterSpec("a100-sxm4-80gb", "t", 1).reserve_of(80 * 2**30) / 2**30
+        4.0
+        >>> ClusterSpec("a100-sxm4-80gb", "t", 1, memory_reserve=6 * 2.0**30).reserve_of(141e9) / 2**30
+        6.0
+        """
+        r = self.memory_reserve
+        return r * capacity if r < 1 else r
 
 
 @dataclass(frozen=True)

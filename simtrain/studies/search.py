@@ -12,8 +12,10 @@ global batch, ranked by event-level simulation.
                activations is a lower bound of the simulated peak: above capacity -> dropped
                step: the closed form `simtrain.studies.estimate` orders the survivors, those whose memory
                estimate (the schedule's in-flight microbatch-chunks) fits first
-    simulate   the first `max_candidates` at event level; the final ranking is the simulation's,
-               plans that fit before plans that do not
+    simulate   the first `max_candidates` at event level; the final ranking is the simulation's:
+               plans with headroom first, then tight plans (a simulated peak within
+               `memory_margin` of the usable memory: fits, but with less than the margin to
+               spare), then plans that do not fit; by the objective inside each group
 
 Objectives: step_time (s, lower is better), tokens_per_s (higher), cost (US$ per million tokens =
 price per device-hour x devices x step time / 3600 / tokens per step x 1e6, from the scenario's
@@ -43,7 +45,7 @@ from simtrain.hardware.topology import Topology, find_topology_file, load_topolo
 from simtrain.network.collectives import Cost, choose
 from simtrain.results.figures import plain, save_figure
 from simtrain.results.io import check_out_dir, staged_dir, write_atomic
-from simtrain.results.memory import memory_fit, rank_static
+from simtrain.results.memory import capacity_of, memory_fit, rank_static
 from simtrain.results.step import StepResult
 from simtrain.schedules import SCHEDULES, Schedule, schedule_for
 from simtrain.spec.files import TreeError, load_yaml, parse_yaml
@@ -341,7 +343,16 @@ class Candidate:
 
     @property
     def est_fits(self) -> bool:
-        return memory_fit([(self.mem_estimate, self.capacity)]).fits
+        return memory_fit([(self.mem_estimate, self.capacity)], self.scenario.cluster.reserve_of).fits
+
+    def headroom(self) -> float:
+        """Usable memory (capacity - reserve) less the simulated peak, in bytes; < 0: does not fit."""
+        r = self.result
+        return r.usable_memory_bytes - r.peak_memory_bytes
+
+    def tight(self, margin: float) -> bool:
+        """Fits, but with less than `margin` of the usable memory to spare."""
+        return self.result.fits_in_memory and self.headroom() < margin * self.result.usable_memory_bytes
 
 
 @dataclass
@@ -357,6 +368,32 @@ class SearchResult:
     price: float | None
     base_raw: dict = field(default_factory=dict)   # the scenario with the --fix/--set values that are not plan axes
     timing: dict = field(default_factory=dict)
+    memory_margin: float = 0.0         # plans with less headroom than this share of usable memory rank later
+
+
+MEMORY_MARGIN = 0.05
+"""Default headroom a plan should keep (a fraction of the usable memory, capacity - reserve)
+before search ranks it with the plans that have room: 5 %, ASSUMED. The memory model counts
+weights, gradients, optimizer state, activations and the buffers it names, not kernel workspaces
+(cuBLAS, attention), temporaries or a peak that moves with data (sequence packing, routing); a plan
+planned to the last byte is the first to fail on a real cluster. `--memory-margin 0` ranks by the
+objective alone among plans that fit."""
+
+
+def check_margin(margin: float) -> None:
+    """A margin is a fraction of the usable memory in [0, 1)."""
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not (0.0 <= margin < 1.0):
+        raise ConfigError([Problem("--memory-margin", "", f"a fraction of the usable memory must be >= 0 and < 1, got {margin!r}",
+                                   "write e.g. `--memory-margin 0.05` (5 %), or 0 to rank by the objective alone")])
+
+
+def rank(chosen: Iterable[Candidate], margin: float) -> list:
+    """Simulated candidates, best first: plans with headroom (at least `margin` of the usable
+    memory to spare), then tight plans (they fit, with less), then plans that do not fit; by the
+    objective inside each group; candidates whose simulation failed last."""
+    done = [c for c in chosen if c.result is not None]
+    ranked = sorted(done, key=lambda c: (not c.result.fits_in_memory, c.tight(margin), c.objective, c.plan))
+    return ranked + [c for c in chosen if c.result is None]
 
 
 def objective_value(objective: str, r: StepResult, sc: Scenario, price: float | None) -> float:
@@ -376,8 +413,10 @@ def cost_per_mtok(price: float, r: StepResult) -> float:
 
 def search(path: str | Path, objective: str = "step_time", fixes: Sequence[str] = (), max_candidates: int = 20,
            nodes_list: Sequence[int] | None = None, schedules: Sequence[str] = DEFAULT_SCHEDULES, max_mb: int = 8,
-           zero_stages: Sequence[int] = (0, 1), exhaustive: bool = False) -> SearchResult:
-    """`exhaustive` simulates every plan that survives the memory lower bound (the tests' reference)."""
+           zero_stages: Sequence[int] = (0, 1), exhaustive: bool = False, memory_margin: float = MEMORY_MARGIN) -> SearchResult:
+    """`exhaustive` simulates every plan that survives the memory lower bound (the tests' reference);
+    `memory_margin` (a fraction of the usable memory) ranks tight plans after those with headroom."""
+    check_margin(memory_margin)
     t0 = time.perf_counter()
     path = Path(path)
     if objective not in OBJECTIVES:
@@ -409,8 +448,8 @@ def search(path: str | Path, objective: str = "step_time", fixes: Sequence[str] 
             invalid += 1
             continue
         lo, est = memory_bounds(sc, topo, cache)
-        cap = device_of(sc.cluster).memory_bytes
-        if not memory_fit([(lo, cap)]).fits:
+        cap = capacity_of(sc.cluster, device_of(sc.cluster).memory_bytes)
+        if not memory_fit([(lo, cap)], sc.cluster.reserve_of).fits:
             pruned += 1
             continue
         cands.append(Candidate(plan, sc, topo, lo, est, cap))
@@ -436,10 +475,10 @@ def search(path: str | Path, objective: str = "step_time", fixes: Sequence[str] 
         else:
             c.error = o.error.splitlines()[0]
     t4 = time.perf_counter()
-    ranked = sorted([c for c in chosen if c.result is not None], key=lambda c: (not c.result.fits_in_memory, c.objective, c.plan))
-    ranked += [c for c in chosen if c.result is None]
+    ranked = rank(chosen, memory_margin)
     return SearchResult(ranked, len(plans), invalid, pruned, len(todo), len(chosen), time.perf_counter() - t0, objective, price,
-                        raw_x, {"validate_and_memory_s": t2 - t1, "estimate_s": t3 - t2, "simulate_s": t4 - t3})
+                        raw_x, {"validate_and_memory_s": t2 - t1, "estimate_s": t3 - t2, "simulate_s": t4 - t3},
+                        memory_margin)
 
 
 COMPONENTS = ("compute_s", "bubble_s")
@@ -475,7 +514,7 @@ def why_best(res: SearchResult) -> str:
 
 
 def table(res: SearchResult, top: int) -> str:
-    head = f"  {'#':>3} {'plan':52s} {'step':>9s} {'estimate':>9s} {'MFU':>6s} {'peak mem':>10s} {'fits':>4s} {'bubble':>7s} {'exposed comm (tp/cp/ep/pp/dp)':>32s}"
+    head = f"  {'#':>3} {'plan':52s} {'step':>9s} {'estimate':>9s} {'MFU':>6s} {'peak mem':>10s} {'headroom':>10s} {'fits':>5s} {'bubble':>7s} {'exposed comm (tp/cp/ep/pp/dp)':>32s}"
     if res.objective == "cost":
         head += f" {'$/Mtok':>8s}"
     lines = [head]
@@ -487,7 +526,8 @@ def table(res: SearchResult, top: int) -> str:
         ex = r.breakdown.exposed_comm_s
         comm = "/".join(f"{1e3 * ex[k]:.0f}" for k in ("tp", "cp", "ep", "pp", "dp")) + " ms"
         line = (f"  {i:>3} {c.plan.label():52s} {fmt_time(r.step_time_s):>9s} {fmt_time(c.estimate_s):>9s} {100 * r.mfu:5.1f}% "
-                f"{fmt_bytes(r.peak_memory_bytes):>10s} {'yes' if r.fits_in_memory else 'NO':>4s} {100 * r.bubble_fraction:6.1f}% {comm:>32s}")
+                f"{fmt_bytes(r.peak_memory_bytes):>10s} {fmt_bytes(c.headroom()):>10s} "
+                f"{('tight' if c.tight(res.memory_margin) else 'yes') if r.fits_in_memory else 'NO':>5s} {100 * r.bubble_fraction:6.1f}% {comm:>32s}")
         if res.objective == "cost":
             line += f" {cost_per_mtok(res.price, r):8.3f}"
         lines.append(line)
@@ -554,7 +594,7 @@ def search_figure(res: SearchResult, title: str) -> Figure:
     fr = sorted(front, key=lambda i: pts[i][0])
     ax.plot([pts[i][0] for i in fr], [pts[i][1] for i in fr], "-o", c="#dd8452", mfc="none", ms=9, label="Pareto front")
     if ok:
-        ax.axvline(ok[0].result.memory_capacity_bytes / GiB, c="grey", ls="--", lw=1, label="device memory")
+        ax.axvline(ok[0].result.usable_memory_bytes / GiB, c="grey", ls="--", lw=1, label="usable memory (capacity - reserve)")
         b = ok[0]
         ax.annotate(plain(f"best: {b.plan.label()}"), (pts[0][0], pts[0][1]), xytext=(8, 8), textcoords="offset points",
                     fontsize=8)
@@ -576,14 +616,17 @@ def to_csv(res: SearchResult) -> str:
     w = csv.writer(buf, lineterminator="\n")
     cols = list(AXES)
     w.writerow(["rank"] + cols + ["estimate_s", "step_time_s", "mfu", "tokens_per_s", "peak_memory_bytes", "fits_in_memory",
-                                  "bubble_fraction"] + [f"exposed_{k}_s" for k in ("tp", "cp", "ep", "pp", "dp")] + ["error"])
+                                  "bubble_fraction"] + [f"exposed_{k}_s" for k in ("tp", "cp", "ep", "pp", "dp")] +
+               ["usable_memory_bytes", "headroom_bytes", "tight", "error"])
     for i, c in enumerate(res.ranked, 1):
         r = c.result
         ex = r.breakdown.exposed_comm_s if r is not None else {}
         w.writerow([i] + [getattr(c.plan, k) for k in cols] + [repr(c.estimate_s)] +
                    ([repr(getattr(r, k)) for k in ("step_time_s", "mfu", "tokens_per_s", "peak_memory_bytes")] +
                     [r.fits_in_memory, repr(r.bubble_fraction)] if r is not None else [""] * 6) +
-                   [repr(ex[k]) if k in ex else "" for k in ("tp", "cp", "ep", "pp", "dp")] + [c.error or ""])
+                   [repr(ex[k]) if k in ex else "" for k in ("tp", "cp", "ep", "pp", "dp")] +
+                   ([repr(r.usable_memory_bytes), repr(c.headroom()), c.tight(res.memory_margin)] if r is not None else [""] * 3) +
+                   [c.error or ""])
     return buf.getvalue()
 
 
@@ -611,7 +654,10 @@ def main(args: argparse.Namespace) -> int:
     scheds = tuple(s.strip() for s in args.schedules.split(",")) if args.schedules else DEFAULT_SCHEDULES
     if args.out:
         check_out_dir(args.out, "--out", ("best.yaml", "search.csv", "search.png"))    # before searching
-    res = search(path, args.objective, (args.set or []) + (args.fix or []), args.max_candidates, nodes, scheds, args.max_mb, zero)
+    margin = getattr(args, "memory_margin", MEMORY_MARGIN)
+    check_margin(margin)
+    res = search(path, args.objective, (args.set or []) + (args.fix or []), args.max_candidates, nodes, scheds, args.max_mb, zero,
+                 memory_margin=margin)
     print(f"simtrain {__version__} — search {path} (objective {res.objective})")
     print(f"  {res.enumerated} plans enumerated, {res.invalid} rejected by the scenario checks, {res.memory_pruned} pruned by the "
           f"memory lower bound, {res.estimated} estimated in closed form, {res.simulated} simulated; {res.wall_s:.1f} s "
