@@ -483,3 +483,17 @@ def test_shipped_scenario_sweep_optimum_matches_daly():
     s = r["sweep"]
     assert abs(s["refined_optimum_s"] / s["daly_s"] - 1) < 0.05
     assert abs(s["refined_optimum_s"] / s["young_s"] - 1) < 0.05
+
+
+@pytest.mark.parametrize("args, key", [
+    (("--trials", "0"), "--trials"), (("--trials", "-3"), "--trials"), (("--sweep-points", "0"), "--sweep-points"),
+    (("--tokens", "inf"), "--tokens"), (("--days", "nan"), "--days"), (("--jobs", "0"), "--jobs"),
+])
+def test_bad_counts_on_the_command_line_are_one_line(args, key):
+    # a Monte-Carlo of no trials has no percentiles; an infinite token budget never ends
+    p = subprocess.run([sys.executable, "-m", "simtrain", "reliability",
+                        str(ROOT / "scenarios" / "llama3-405b-h100-16384-goodput.yaml"), *args],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith(key) and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1

@@ -13,6 +13,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import platform
 import sys
 import time
@@ -330,8 +331,11 @@ def main(args: argparse.Namespace) -> int:
         if bad:
             probs.append(Problem("--what-if-methods", "", f"unknown method {', '.join(bad)}", f"use {', '.join(METHODS)}"))
     for name, v in (("--days", args.days), ("--tokens", args.tokens)):
-        if v is not None and not v > 0:
-            probs.append(Problem(name, "", f"{v} is not > 0", "give a positive number"))
+        if v is not None and not 0 < v < math.inf:
+            probs.append(Problem(name, "", f"{v} is not a finite number > 0", "give a positive number"))
+    for name, v, hi in (("--trials", args.trials, 10**6), ("--sweep-points", args.sweep_points, 1000), ("--jobs", args.jobs, 4096)):
+        if v is not None and not 1 <= v <= hi:
+            probs.append(Problem(name, "", f"{v} is outside 1..{hi:,}", f"give a whole number from 1 to {hi:,}"))
     fault = None
     if args.step_fault_rank is not None or args.step_fault_at is not None:
         try:
