@@ -117,6 +117,20 @@ def check_tree(tree: Any) -> None:
                 raise TreeError(f"holds more than {MAX_NODES:,} values (YAML aliases expanded)")
 
 
+def _yaml_syntax(e: yaml.YAMLError) -> str:
+    """A YAML syntax error as `not valid YAML at line L, column C: <problem>; <fix>`, from the
+    parser's marks (1-based, as editors count) rather than its multi-line text."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None)
+    if mark is None or not problem:
+        return f"not valid YAML ({short(' '.join(str(e).split()), 200)})"
+    where = f"line {mark.line + 1}, column {mark.column + 1}"
+    ctx, cmark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    opened = f" ({ctx[:60]} opened at line {cmark.line + 1}, column {cmark.column + 1})" if ctx and cmark else ""
+    return (f"not valid YAML at {where}: {problem[:120]}{opened}; "
+            "fix the syntax there (a bracket, brace or quote left open, or a tab used for indentation)")
+
+
 def parse_yaml(text: str) -> Any:
     """YAML text -> tree; TreeError on a duplicate key, deep nesting, a huge expansion, a number
     too long to read, or invalid YAML."""
@@ -129,7 +143,7 @@ def parse_yaml(text: str) -> Any:
             raise TreeError(f"{e.problem}: YAML would keep only the last value silently; remove one") from None
         raise TreeError(f"not valid YAML ({short(' '.join(str(e).split()), 200)})") from None
     except yaml.YAMLError as e:
-        raise TreeError(f"not valid YAML ({short(' '.join(str(e).split()), 200)})") from None
+        raise TreeError(_yaml_syntax(e)) from None
     except (ValueError, OverflowError) as e:
         raise TreeError(f"a number cannot be read ({short(str(e).split(';')[0], 120)})") from None
     check_tree(tree)
