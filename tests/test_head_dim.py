@@ -75,9 +75,17 @@ def test_activation_bytes_by_hand(tmp_path, fast_topology):
 
 
 def test_kv_cache_bytes_per_token_by_hand(tmp_path, fast_topology):
-    """2 (K and V) x layers x kv heads x head_dim x 2 bytes (bf16) = 2·2·2·64·2 = 1024 B."""
+    """2 (K and V) x layers x kv heads x head_dim x 2 bytes (bf16) = 2·2·2·64·2 = 1024 B; the
+    published shapes: Qwen3-30B-A3B 2·48·4·128·2 = 98,304 B, Qwen3-8B 2·36·8·128·2 = 147,456 B."""
     sc, _ = load_scenario(scenario(tmp_path, fast_topology))
     assert GenerationDims(sc.model).kv_bytes_per_token() == 2 * L * g * d * 2 == 1024
+    for preset, kv in (("qwen3-30b-a3b", 98_304), ("qwen3-8b", 147_456)):
+        p = tmp_path / f"{preset}.yaml"
+        p.write_text(yaml.safe_dump({"name": preset, "model": {"preset": preset},
+                                     "training": {"micro_batch_size": 1, "global_batch_size": 8}, "parallel": {"dp": 8},
+                                     "cluster": {"device": "h100-sxm5-80gb", "topology": "dgx-h100", "nodes": 1}}))
+        m = load_scenario(p)[0].model
+        assert GenerationDims(m).kv_bytes_per_token() == kv
 
 
 def test_calibration_shapes_use_head_dim(tmp_path, fast_topology):
