@@ -106,5 +106,37 @@ def test_capacities_are_binary_as_the_devices_expose_them():
     assert get_device("h100-sxm5-80gb").memory_bytes == get_device("h800-sxm5-80gb").memory_bytes == 85_520_809_984
     assert get_device("h200-sxm-141gb").memory_bytes == 150_754_820_096
     assert get_device("mlu370-x8").memory_bytes == 51_539_607_552
-    for key in ("a100-sxm4-80gb", "a100-sxm4-40gb", "h100-sxm5-80gb", "h800-sxm5-80gb", "h200-sxm-141gb", "mlu370-x8", "mlu590"):
+    for key in preset_names():
         assert _raw()[key]["capacity_source"], key
+
+
+def test_every_preset_has_a_host_link_with_its_kind():
+    for k in preset_names():
+        dev = get_device(k)
+        assert dev.host_bandwidth > 0, k
+        assert dev.host_bandwidth_source.split(":")[0] in ("measured", "nominal", "assumed"), k
+
+
+def test_host_links_by_source():
+    """Measured nvbandwidth host-to-device copies where public (Azure ND A100 v4 26.28 GB/s, ND
+    H200 v5 52 GB/s, Voltage Park H100 54.8 GB/s); nominal PCIe per direction otherwise: Gen4 x16
+    16e9·16·128/130/8 = 31.5 GB/s, Gen5 x16 63.0 GB/s."""
+    assert get_device("a100-sxm4-80gb").host_bandwidth == 26.28e9
+    assert get_device("h200-sxm-141gb").host_bandwidth == 52e9
+    assert get_device("h100-sxm5-80gb").host_bandwidth == 54.8e9
+    gen4, gen5 = 16e9 * 16 * 128 / 130 / 8, 32e9 * 16 * 128 / 130 / 8
+    assert get_device("a100-sxm4-40gb").host_bandwidth == pytest.approx(gen4, rel=2e-3)
+    for k in ("h800-sxm5-80gb", "h20-96gb"):
+        assert get_device(k).host_bandwidth == pytest.approx(gen5, rel=2e-3)
+        assert get_device(k).host_bandwidth_source.startswith("nominal:")
+
+
+def test_h20_preset():
+    """HGX H20 as publicly reported: dense BF16 148 TFLOP/s, FP8 296, 4.0 TB/s; nvidia-smi's
+    97871 MiB = 102,625,181,696 B (95.6 GiB); efficiency curves borrowed from H100 and marked so."""
+    dev = get_device("h20-96gb")
+    assert dev.peak("bf16") == 148e12 and dev.peak("fp8") == 296e12
+    assert dev.memory_bw == 4.0e12
+    assert dev.memory_bytes == 97871 * 2**20 == 102_625_181_696
+    assert dev.gemm["16bit"].origin == "h100-sxm5-80gb" and dev.mem_origin == "h100-sxm5-80gb"
+    assert "ASSUMED" in _raw()["h20-96gb"]["borrows_notes"]

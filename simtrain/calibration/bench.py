@@ -186,7 +186,7 @@ def scenario_shapes(path: str, overrides: Sequence[str] = ()) -> tuple:
                             if shape not in gemms:
                                 gemms.append(shape)
                         elif op.kind == "attention":
-                            a = (sc.training.micro_batch_size, heads, int(op.shape[0]), m.hidden_size // m.num_attention_heads, True)
+                            a = (sc.training.micro_batch_size, heads, int(op.shape[0]), m.head_dim, True)
                             if a not in attn:
                                 attn.append(a)
     return gemms, attn

@@ -169,6 +169,8 @@ class Device:
     op_overhead: float = 0.0       # host issue time per compute operator (seconds; see costs.host_queue)
     op_overhead_source: str = ""
     profile_status: str = ""       # "uncalibrated" for a profile that holds specifications only
+    host_bandwidth: float = 0.0    # bytes/s per direction to host memory (PCIe / NVLink-C2C), for CPU offload
+    host_bandwidth_source: str = ""  # "measured: ...", "nominal: ..." or "assumed: ..." with its source
 
     def peak(self, dtype: str) -> float:
         return self.peak_flop_per_s[dtype]
@@ -232,21 +234,24 @@ def get_device(key: str) -> Device:
         source=d["source"], peak_flop_per_s={k: parse_flops(v) for k, v in d["peak"].items()},
         memory_bytes=parse_bytes(d["memory"]["capacity"]), memory_bw=parse_bandwidth(d["memory"]["bandwidth"]),
         gemm=gemm, mem_efficiency=mem, mem_origin=mem_origin, flash=flash,
+        host_bandwidth=parse_bandwidth(d["host_link"]["bandwidth"]), host_bandwidth_source=d["host_link"]["source"],
     )
 
 
 def describe(key: str) -> str:
-    """One line per preset: its name, dense peak per precision, memory capacity and bandwidth, and
-    the source, e.g. `a100-sxm4-80gb    NVIDIA A100-SXM4-80GB: bf16 312, fp16 312, tf32 156,
-    fp32 19.5 TFLOP/s; 80 GiB at 2039 GB/s — NVIDIA A100 datasheet, ...` (capacity in GiB, what
-    the device exposes; bandwidth in decimal GB/s as datasheets print it)."""
+    """One line per preset: its name, dense peak per precision, memory capacity and bandwidth, the
+    host link per direction (measured or nominal, as its source says) and the source, e.g.
+    `a100-sxm4-80gb    NVIDIA A100-SXM4-80GB: bf16 312, fp16 312, tf32 156, fp32 19.5 TFLOP/s;
+    80 GiB at 2039 GB/s; host 26.28 GB/s (measured) — NVIDIA A100 datasheet, ...` (capacity in
+    GiB, what the device exposes; bandwidths in decimal GB/s as datasheets print them)."""
     d = _raw()[key]
     dev = get_device(key)
     order = ("fp8", "bf16", "fp16", "tf32", "fp32")
     peaks = ", ".join(f"{k} {dev.peak_flop_per_s[k] / 1e12:g}" for k in sorted(dev.peak_flop_per_s, key=lambda k: (
         order.index(k) if k in order else len(order), k)))
-    return (f"{key:16s} {d['name']}: {peaks} TFLOP/s; {dev.memory_bytes / 2**30:.4g} GiB at {dev.memory_bw / 1e9:g} GB/s"
-            f" — {d['source']}")
+    how = dev.host_bandwidth_source.split(":", 1)[0]
+    return (f"{key:16s} {d['name']}: {peaks} TFLOP/s; {dev.memory_bytes / 2**30:.4g} GiB at {dev.memory_bw / 1e9:g} GB/s;"
+            f" host {dev.host_bandwidth / 1e9:g} GB/s ({how}) — {d['source']}")
 
 
 REPO_PROFILES = DATA / "profiles"

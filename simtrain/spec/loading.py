@@ -262,6 +262,10 @@ def _model_from_hf(path: Path, errs: Collector) -> tuple[dict, int | None]:
                "num_key_value_heads": cfg.get("num_key_value_heads", cfg.get("num_attention_heads")),
                "ffn_hidden_size": cfg.get("intermediate_size"), "vocab_size": cfg.get("vocab_size"),
                "tie_embeddings": bool(cfg.get("tie_word_embeddings", False))}
+        if cfg.get("head_dim") is not None and "kv_lora_rank" not in cfg:
+            # Qwen3, Gemma, Mistral-Nemo: heads wider or narrower than hidden_size / heads (MLA
+            # models give their head widths in their own fields)
+            out["head_dim"] = cfg["head_dim"]
     moe = _moe_from_hf(cfg)
     if moe:
         out["moe"] = moe
@@ -794,8 +798,9 @@ def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> No
     _check_cp_ep(model, training, p, errs)
     if model and all(model.get(k) is not None for k in ("num_attention_heads", "hidden_size", "num_layers", "num_key_value_heads")):
         a, h, L, g = model["num_attention_heads"], model["hidden_size"], model["num_layers"], model["num_key_value_heads"]
-        if h % a:
-            errs.add("model.hidden_size", f"{h} is not divisible by num_attention_heads {a}", "pick a head count that divides the hidden size")
+        if h % a and model.get("head_dim") is None:
+            errs.add("model.hidden_size", f"{h} is not divisible by num_attention_heads {a}",
+                     "pick a head count that divides the hidden size, or give `head_dim:` (each head's width)")
         if a % g:
             errs.add("model.num_key_value_heads", f"{g} does not divide num_attention_heads {a}", "use a divisor of the head count")
         tp = p.get("tp")

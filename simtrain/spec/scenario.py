@@ -124,7 +124,8 @@ class ModelSpec:
                            derived="the preset's name, the config's folder, else `custom`")
     architecture: str = spec_field(("gpt", "llama"), "gpt: learned positions, GeLU MLP; llama: RoPE, SwiGLU, RMSNorm")
     num_layers: int = spec_field("posint", "transformer layers", maximum=10_000)
-    hidden_size: int = spec_field("posint", "hidden size (divisible by num_attention_heads)", maximum=1_048_576)
+    hidden_size: int = spec_field("posint", "hidden size (divisible by num_attention_heads unless head_dim is given)",
+                                  maximum=1_048_576)
     num_attention_heads: int = spec_field("posint", "attention heads", maximum=65_536)
     num_key_value_heads: int = spec_field("posint", "KV heads (GQA; divides num_attention_heads)", required=False,
                                           derived="num_attention_heads", maximum=65_536)
@@ -132,6 +133,9 @@ class ModelSpec:
                                       derived="4 x hidden_size for gpt", maximum=4_194_304)
     vocab_size: int = spec_field("posint", "vocabulary size", maximum=10_000_000)
     seq_length: int = spec_field("posint", "sequence length in tokens", maximum=16_777_216)
+    head_dim: Optional[int] = spec_field("posint", "width of one attention head (Q, K and V); Hugging Face's `head_dim`",
+                                         default=None, optional=True, derived="hidden_size / num_attention_heads",
+                                         maximum=65_536)
     tie_embeddings: bool = spec_field("bool", "input and output embeddings share weights", default=False)
     make_vocab_size_divisible_by: int = spec_field("posint", "vocabulary padded to a multiple of this (Megatron)", default=128, maximum=65_536)
     moe: Optional[MoESpec] = spec_field("any", "mixture-of-experts MLP (refines a preset's section key by key)",
@@ -140,9 +144,11 @@ class ModelSpec:
     encoder: Optional[EncoderSpec] = spec_field("any", "a vision encoder in front of the model", default=None, dump="none",
                                                 section=EncoderSpec)
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+    def __post_init__(self) -> None:
+        # an absent head_dim is the hidden size split over the heads (Llama, Qwen2); Qwen3 and
+        # Gemma give their own (Qwen3-30B-A3B: 32 heads of 128 on a hidden size of 2048)
+        if self.head_dim is None:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
 
 
 @dataclass(frozen=True)

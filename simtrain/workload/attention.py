@@ -36,14 +36,14 @@ class Attention(MLAProjections):
             proj_f, proj_b, qk_dim, v_dim = self.mla_projections(heads)
         else:
             kv = self.g * self.d / t
-            qkv_n = (h / t) + 2 * kv
+            qkv_n = self.a * self.d / t + 2 * kv        # Q of a·d (h unless head_dim is given), K and V of g·d
             qkv, qkv_b, qkv_w = self.gemm_fbw("qkv", T, qkv_n, h)
             proj_f, proj_b = (qkv,), (qkv_b, qkv_w)
             qk_dim = v_dim = self.d
         rope = ()
         if not self.gpt:
             # rotary on Q and K (MLA: on the per-head rotary query part and the one shared rotary key)
-            e = T * ((h / t + self.g * self.d / t) if self.mla is None else (heads + 1) * self.mla.qk_rope_head_dim)
+            e = T * ((self.a + self.g) * self.d / t if self.mla is None else (heads + 1) * self.mla.qk_rope_head_dim)
             rope = (self.mem("rotary", 2 * act_b * e),), (self.mem("rotary.bwd", 2 * act_b * e, "B"),)
         out, out_b, out_w = self.gemm_fbw("attn_out", T, h, heads * v_dim)
         resid_bytes = (3 if not self.gpt else 3.5) * act_b * seq_e   # read 2, write 1 (+ dropout mask)

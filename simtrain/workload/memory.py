@@ -33,10 +33,10 @@ class Memory(LayerDims):
             else:
                 sh += h * a * qk
             return sh / t + rep + 2 * h                                             # + 2 RMSNorm weights
-        kv = self.g * self.d
-        attn = h * (h + 2 * kv) + h * h
+        kv, q = self.g * self.d, self.a * self.d                # q = h unless head_dim is given
+        attn = h * (q + 2 * kv) + q * h                        # QKV, output projection
         if self.gpt:
-            return attn / t + (h + 2 * kv) / t + 4 * h + h     # QKV bias; 2 LayerNorms; row bias (attn out)
+            return attn / t + (q + 2 * kv) / t + 4 * h + h     # QKV bias; 2 LayerNorms; row bias (attn out)
         return attn / t + 2 * h
 
     def mlp_params(self, width: float) -> float:
@@ -76,14 +76,16 @@ class Memory(LayerDims):
         drop = 1 if self.gpt else 0
         # sequence-region tensors: norm inputs (2x 2h), QKV input 2h, MLP input 2h, dropout masks (2x h)
         seq = (2 * h + 2 * h + 2 * h + 2 * h + 2 * drop * h) / seq_div
-        # tensor-parallel region: Q (2h), K and V (2 kv each), attention output 2h, MLP internals
+        # tensor-parallel region: Q (2·a·d, i.e. 2h unless head_dim is given), K and V (2 kv each),
+        # attention output 2·a·d, MLP internals
         if kind == "moe":
             moe = self.moe
             fs = moe.shared_expert_ffn_hidden_size
             mlp = (4 * fs if self.gpt else 6 * fs)
         else:
             mlp = 4 * f if self.gpt else 6 * f
-        tpr = (2 * h + 4 * kv + 2 * h + mlp) / t
+        q = a * self.d if self.mla is None else h              # MLA keeps the paper's h-wide Q and output
+        tpr = (2 * q + 4 * kv + 2 * q + mlp) / t
         if self.flash:
             scores = 4 * a / t                                 # fp32 log-sum-exp per (head, query): 4·a·s·b/t bytes
         elif recompute == "selective":
