@@ -132,3 +132,11 @@ def test_lengths_file_read_and_too_large(tmp_path, monkeypatch):
     with pytest.raises(SimtrainError) as e:
         spec({"kind": "empirical", "file": "l.csv"}, base_dir=tmp_path)
     assert str(e.value).startswith(f"s.yaml: {P}.file:"), str(e.value)
+
+
+def test_cdf_of_a_single_length():
+    # median 3000, s 0.8, max 8192: P(length <= 8191) = Phi((ln 8191.5 - ln 3000) / 0.8) (round to
+    # nearest, so X < 8191.5), and P(length <= 8192) = 1 (everything above is cut to 8192)
+    s = spec({"kind": "lognormal", "median": 3000, "sigma": 0.8, "max": 8192})
+    assert math.isclose(s.cdf(8191), N01.cdf((math.log(8191.5) - math.log(3000)) / 0.8), rel_tol=1e-12)
+    assert s.cdf(8192) == 1.0 and s.cdf(0) == 0.0

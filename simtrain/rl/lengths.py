@@ -62,7 +62,8 @@ _erfc = np.frompyfunc(math.erfc, 1, 1)
 
 def _phi(x: np.ndarray) -> np.ndarray:
     """Standard normal CDF, elementwise (math.erfc, so it stays exact in the far tails)."""
-    return 0.5 * _erfc(-np.asarray(x, dtype=float) / math.sqrt(2.0)).astype(float)
+    # np.asarray: frompyfunc gives a bare Python float, not an array, for a 0-d input
+    return 0.5 * np.asarray(_erfc(-np.asarray(x, dtype=float) / math.sqrt(2.0)), dtype=float)
 
 
 # ---------------------------------------------------------------------------------------------
