@@ -201,7 +201,7 @@ class LengthSpec:
     def hi(self) -> int:
         return self.max if self.max is not None else MAX_TOKENS
 
-    def cdf(self, k) -> np.ndarray | float:
+    def cdf(self, k: float | np.ndarray) -> np.ndarray | float:
         """P(length <= k) for integer k: F(k + 1/2) inside [min, hi) (rounding to nearest), 0 below
         min, 1 from hi up."""
         k = np.asarray(k, dtype=float)
