@@ -42,6 +42,7 @@ from simtrain.spec.scenario import (
     Scenario,
     TrainingSpec,
 )
+from simtrain.units import plural
 
 DATA = resources.DATA
 
@@ -853,7 +854,7 @@ def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> No
         world = p["tp"] * p["pp"] * p["dp"] * p["cp"]
         if world != topo.num_devices:
             errs.add("parallel", f"tp x pp x dp x cp = {p['tp']} x {p['pp']} x {p['dp']} x {p['cp']} = {world}, but the cluster has "
-                     f"{cluster['nodes']} nodes x {topo.devices_per_node} = {topo.num_devices} devices",
+                     f"{plural(cluster['nodes'], 'node')} x {topo.devices_per_node} = {topo.num_devices} devices",
                      _world_fix(p, model, training, cluster, topo, world))
     if topo is not None and cluster:
         for i, st in enumerate(cluster.get("stragglers") or ()):
