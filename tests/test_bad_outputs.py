@@ -73,6 +73,9 @@ CASES = [
      ["--plot-x", "is a list", "needs numbers"]),
     ("sweep --plot-x not a grid key", "sweep {sc} --grid training.micro_batch_size=1,2 --plot-x cluster.nodes --out {t}/p",
      ["--plot-x: cluster.nodes", "not a key of the grid", "training.micro_batch_size"]),
+    ("sweep --plot-x with another varying axis", "sweep {sc} --grid training.micro_batch_size=1,2 --grid parallel.tp=1,2 "
+     "--plot-x training.micro_batch_size --out {t}/p",
+     ["--plot-x: training.micro_batch_size", "also varies parallel.tp", "mix their rows"]),
     ("sweep --workers 0", "sweep {sc} --grid training.micro_batch_size=1,2 --executor process --workers 0 --out {t}/w",
      ["--workers", "must be >= 1"]),
     ("schedule --csv is a dir", "schedule {sc} --csv {t}", ["--csv expects a file", "this is a directory"]),

@@ -491,14 +491,25 @@ OUT_FILES = ("sweep.sqlite", "sweep.csv", "scaling.png")
 def check_plot_x(grid: Sequence[str] | None, key: str) -> None:
     """--plot-x must be a grid key whose values are numbers: checked before anything runs."""
     values: dict = {}
+    others: list[str] = []  # the keys of the axes other than the plotted one that take several values
     for axis in parse_axes(grid, "--grid", always_axis=True)[1]:
+        keys: list[str] = []
         for over in axis.values:
             for o in over:
                 k, _, v = o.partition("=")
                 values.setdefault(k, []).append(v.strip())
+                if k not in keys:
+                    keys.append(k)
+        if key not in keys and len(axis.values) > 1:
+            others.append("+".join(keys))
     if key not in values:
         raise ConfigError([Problem("--plot-x", key, "is not a key of the grid",
                                    f"use one of: {', '.join(values)}" if values else "add it with --grid")])
+    if others:
+        # one line through points whose other axes differ would join unrelated configurations
+        raise ConfigError([Problem("--plot-x", key, f"the grid also varies {', '.join(others)}, and one line "
+                                   "against the x axis would mix their rows",
+                                   "sweep those keys at one value (or with --set) when plotting, or drop --plot-x")])
     for v in values[key]:
         try:
             x = yaml.safe_load(v)
