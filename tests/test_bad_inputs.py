@@ -214,6 +214,10 @@ CASES = [
     Case("topology-mapping-file-not-text", "cluster.topology.file", "expected", set=(("cluster.topology", "{file: [1, 2]}"),)),
     Case("topology-mapping-bad-key", "cluster.topology.scale_up.bandwidth", "",
          set=(("cluster.topology", "{file: topo.yaml, scale_up: {bandwidth: -3}}"),)),
+    # a wrong value given with --set is the command line's, not the file's: the line names the argument
+    Case("set-value-named-by-its-argument", "parallel.tp", "--set parallel.tp=3: parallel.tp:", argv=("--set", "parallel.tp=3")),
+    Case("set-joined-value-named-by-its-argument", "parallel.tp", "--set parallel.tp=3: parallel.tp:",
+         argv=("--set", "parallel.tp+parallel.dp=3+1")),
     Case("set-joined-keys-value-count", "--set parallel.tp+parallel.pp", "2 keys", argv=("--set", "parallel.tp+parallel.pp=1+2+3")),
     Case("set-empty-key-part", "--set parallel..tp", "empty", argv=("--set", "parallel..tp=2")),
     Case("set-schedule-csv-missing-from-cwd", "parallel.schedule_csv", "", argv=("--set", "parallel.schedule_csv=nope.csv")),
@@ -262,7 +266,7 @@ def run_case(case: Case, d: Path, root: Path = ROOT) -> tuple[str, str]:
     lines = err.strip().splitlines()
     # every line `<file>: <key.path>: <problem>; <fix>`, of a bounded length; the case's key among them
     ok = (f": {case.key}:" in err if case.key else True) and case.words.lower() in err.lower() \
-        and all(len(line) <= 600 and ": " in line and "; " in line for line in lines) and (lines[0].startswith(str(target)) or lines[0].startswith(str(d)))
+        and all(len(line) <= 600 and ": " in line and "; " in line for line in lines) and lines[0].startswith((str(target), str(d), "--set "))
     return ("clean" if ok else "wrong-message"), err[-2000:]
 
 

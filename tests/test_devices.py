@@ -140,3 +140,22 @@ def test_h20_preset():
     assert dev.memory_bytes == 97871 * 2**20 == 102_625_181_696
     assert dev.gemm["16bit"].origin == "h100-sxm5-80gb" and dev.mem_origin == "h100-sxm5-80gb"
     assert "ASSUMED" in _raw()["h20-96gb"]["borrows_notes"]
+
+
+def test_list_devices_and_topologies_cite_their_sources(capsys):
+    """Every line of `simtrain list devices` ends with the preset's `source` field from
+    simtrain/data/devices.yaml, and every line of `list topologies` with the topology file's
+    `source`: the listing says where each number comes from."""
+    from simtrain.cli.main import main
+    from simtrain.hardware.topology import load_topology, shipped_topologies
+    assert main(["list", "devices"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for key in preset_names():
+        line = next(ln for ln in lines if ln.startswith(key + " "))
+        assert _raw()[key]["source"] and line.endswith(" — " + _raw()[key]["source"]), key
+    assert main(["list", "topologies"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for f in shipped_topologies():
+        source = load_topology(f, 1).source
+        line = next(ln for ln in lines if ln.startswith(f.stem + " "))
+        assert source and line.endswith(" — " + source), f.stem

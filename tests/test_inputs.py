@@ -32,7 +32,7 @@ def test_all_problems_reported_together(tmp_path, fast_topology, capsys):
     assert "parallel.tp: tp=3 does not divide num_attention_heads=8" in text
     assert "parallel.pp: num_layers=8 does not divide into 3 model stages (1f1b on pp=3)" in text
     assert "training.global_batch_size: 7 is not divisible by micro_batch_size x dp = 2 x 1 = 2" in text
-    assert "parallel: tp x pp x dp x cp = 3 x 3 x 1 x 1 = 9, but the cluster has 1 nodes x 4 = 4 devices" in text
+    assert "parallel: tp x pp x dp x cp = 3 x 3 x 1 x 1 = 9, but the cluster has 1 node x 4 = 4 devices" in text
 
 
 def test_bare_number_for_a_unit_names_file_key_and_spelled_form(tmp_path):

@@ -468,7 +468,28 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> tuple[Scen
         errs.add("", "a scenario must be a mapping", "start with `name:`, `model:`, `training:`, `parallel:`, `cluster:`")
         errs.raise_if_any()
     raw = apply_overrides(raw, overrides, errs)
-    return build_scenario(raw, path, errs)
+    try:
+        return build_scenario(raw, path, errs)
+    except ConfigError as e:
+        raise attribute_overrides(e, str(path), overrides) from None
+
+
+def attribute_overrides(err: ConfigError, file: str, overrides: Iterable[str] | None) -> ConfigError:
+    """`err` with each problem of `file` whose key a `--set` wrote (that key or one below it) named
+    after the command-line argument instead (`--set parallel.tp=3: parallel.tp: ...`): the value
+    that is wrong came from the command line, not from the file."""
+    given: dict[str, str] = {}
+    for ov in expand_single(overrides, Collector(file)):
+        key, eq, _ = ov.partition("=")
+        if eq and key.strip():
+            given[key.strip()] = ov.strip()
+    if not given:
+        return err
+    out = []
+    for p in err.problems:
+        hit = next((ov for key, ov in given.items() if p.path == key or p.path.startswith(key + ".")), None)
+        out.append(Problem(f"--set {hit[:120]}", p.path, p.problem, p.fix) if p.file == file and hit else p)
+    return ConfigError(out)
 
 
 def build_scenario(raw: dict, path: Path, errs: Collector,

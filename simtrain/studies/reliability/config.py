@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simtrain.errors import Collector
+from simtrain.errors import Collector, ConfigError
 from simtrain.spec.files import load_yaml
-from simtrain.spec.loading import apply_overrides
+from simtrain.spec.loading import apply_overrides, attribute_overrides
 from simtrain.spec.reliability import (
     ACTIONS,
     DETECTIONS,
@@ -42,5 +42,8 @@ def load_spec(path: str | Path, overrides: tuple | list = ()) -> ReliabilitySpec
     raw = load_yaml(path, errs, "give a scenario file")
     raw = apply_overrides(raw, overrides, errs)
     spec = parse_section(raw.get("reliability"), errs, scenario_seed(raw))
-    errs.raise_if_any()
+    try:
+        errs.raise_if_any()
+    except ConfigError as e:
+        raise attribute_overrides(e, str(path), overrides) from None
     return spec
