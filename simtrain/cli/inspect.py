@@ -23,6 +23,9 @@ from simtrain.workload.build import build_workload
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from simtrain.cli.rl import cmd_check_rl, is_rl_path
+    if is_rl_path(args.scenario):
+        return cmd_check_rl(args)
     sc, topo = load(args)
     p = sc.parallel
     sched = schedule_for(p, sc.num_microbatches)

@@ -94,6 +94,9 @@ def _write_out(out: Path, args: argparse.Namespace, sc: Scenario, topo: Topology
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from simtrain.cli.rl import cmd_run_rl, is_rl_path
+    if is_rl_path(args.scenario):
+        return cmd_run_rl(args)
     if args.out:
         check_out_dir(args.out, "--out", OUT_FILES)      # before simulating: a bad path fails in seconds
     sc, topo = load(args)
