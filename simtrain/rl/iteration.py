@@ -19,7 +19,6 @@ yet). Iteration k samples its lengths with numpy.random.default_rng([seed, k]).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
