@@ -7,6 +7,10 @@
     timeline = engine.run(ops)                          SimPy
     result   = StepResult(...)                          attribution, memory, MFU (simtrain.results.step)
 
+With `training.forward_only` the step is one forward pass over the batch: the schedule's
+forwards alone, no gradient reduction or optimizer step, weights-only static memory, one
+microbatch's forward working set as activations, and forward FLOPs for MFU and HFU.
+
 Memory entries are per pipeline rank ("stage" is the rank's pipeline index; "model_stages" the
 stages its chunks hold). `inflight_peak` counts microbatch-chunks whose activations were alive at
 once; `inflight_microbatches_peak` scales it to stages of L/pp layers (x pp / model stages): a
@@ -56,7 +60,7 @@ from simtrain.results.step import (
     StepResult,
     Stragglers,
 )
-from simtrain.schedules import schedule_for
+from simtrain.schedules import forward_pass, schedule_for
 from simtrain.spec.scenario import Scenario
 from simtrain.workload.build import build_workload
 from simtrain.workload.flops import hardware_flops_per_step, model_flops_per_step
@@ -202,6 +206,8 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
     dev = device_of(sc.cluster)
     m = sc.num_microbatches
     sched = schedule_for(p, m)
+    if sc.training.forward_only:
+        sched = forward_pass(sched)      # the configured schedule's forwards, in its order
     work = build_workload(sc, sched.num_stages)
     moe = sc.model.moe
     # uneven expert loads make expert-parallel ranks run different programs
@@ -322,6 +328,7 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
         simulated_ops=len(ops),
         coverage=sorted(costs.coverage | {f"{dev.key}: {n}" for n in network.notes}),
         calibration_warnings=sorted(getattr(costs, "outside", set()) | {f"{dev.key}: {n}" for n in network.notes}),
+        forward_only=True if sc.training.forward_only else None,
     )
     result.collectives = [Collective.from_row(row) for row in collectives_section(network)]
     if mixed:

@@ -32,7 +32,11 @@ def summary(r: StepResult, wall: float, sc: Scenario) -> str:
     t = sc.training
     lines = [
         f"simtrain {__version__} — {r.scenario}: {r.num_devices} x {r.device} ({r.precision}), "
-        f"{r.num_microbatches} microbatches per step",
+        f"{r.num_microbatches} microbatches per step" + (", forward only" if r.forward_only else ""),
+    ]
+    if r.forward_only:
+        lines.append("  forward only: one forward pass over the batch; no backward, gradient reduction or optimizer step")
+    lines += [
         f"  sequences of {sc.model.seq_length:,} tokens, global batch {t.global_batch_size:,}, micro batch {t.micro_batch_size}",
         "",
         f"  step time          {fmt_time(step)}",
@@ -67,6 +71,9 @@ def summary(r: StepResult, wall: float, sc: Scenario) -> str:
             lines.append(f"    on the critical path: rank {x.representative_rank} (stage {x.stage}, {x.device}"
                          f"{', with a straggler' if x.straggler else ''}) for {fmt_time(x.seconds)}")
     lines += ["", "  memory per stage (GiB):  weights  grads  optim  activ  buffers  total  in-flight"]
+    if r.forward_only:
+        lines.append("    (forward only: weights alone, no gradients or optimizer state; activations are one "
+                     "microbatch's forward working set, nothing stored for a backward)")
     g = 2.0**30
     for m in r.memory:
         lines.append(f"    stage {m.stage:<3}             {m.weights / g:7.2f} {m.gradients / g:6.2f} {m.optimizer / g:6.2f} "
@@ -85,8 +92,10 @@ def _write_out(out: Path, args: argparse.Namespace, sc: Scenario, topo: Topology
     r = run.result
     write_atomic(out / "result.json", to_json(r).encode())
     write_atomic(out / "scenario.resolved.yaml", yaml.safe_dump(sc.resolved(), sort_keys=False).encode())
-    write_atomic(out / "trace.json", json.dumps(chrome_trace(run.ops, run.timeline, run.classes, topo, run.link_series)).encode())
-    timeline_png(run.ops, run.timeline, run.classes, out / "timeline.png", f"{sc.name}: step {fmt_time(r.step_time_s)}")
+    write_atomic(out / "trace.json", json.dumps(chrome_trace(run.ops, run.timeline, run.classes, topo, run.link_series,
+                                                             forward_only=bool(r.forward_only))).encode())
+    what = "forward-only pass" if r.forward_only else "step"
+    timeline_png(run.ops, run.timeline, run.classes, out / "timeline.png", f"{sc.name}: {what} {fmt_time(r.step_time_s)}")
     write_atomic(out / "run_info.json", to_json({
         "simtrain_version": __version__, "python": platform.python_version(),
         "sim_wall_s": run.wall_s, "scenario_file": str(args.scenario), "overrides": list(args.set or ()),

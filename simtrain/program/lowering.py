@@ -22,6 +22,11 @@ communication it issues), so one chain's communication runs under the other's co
 DeepSeek's overlapped forward/backward pairs. Ops carry an `order` that fixes their place on
 their stream; merging only reorders within the pair and keeps a topological order.
 
+With `training.forward_only` the schedule holds its forwards alone (`schedules.forward_pass`):
+each F runs as in training (tp / cp / ep collectives, ZeRO-3 gathers, pipeline sends) but
+allocates nothing that outlives it; its working set (`StageWork.act_forward_bytes`) is held while
+its ops run, and the program has no gradient reduction, optimizer step or parameter re-gather.
+
 Memory per microbatch and chunk: F allocates the stage's stored activations; a B that leaves its
 W for later frees all but what W still needs (the wgrad inputs, `StageWork.weight_grad_bytes`);
 W (or BW) frees the rest. The in-flight count (microbatch-chunks whose activations are alive)
@@ -194,6 +199,7 @@ class ClassLowering:
                          tuple(sorted((k, len(v)) for k, v in (c.peers or {}).items())),
                          tuple(sorted((c.shapes or {}).items())))
         self.op0 = len(low.ops)          # this class's ops start here (classes are lowered one by one)
+        self.forward_only = low.sc.training.forward_only
         self.pipe = PipelineTraffic(self)
         self.grads = GradientTraffic(self)
 
@@ -314,18 +320,21 @@ class ClassLowering:
         pos = self.sched.position(self.rank, a.chunk, a.microbatch)
         gather = self.pipe.recv_gather(a, "F", pos - 1) if pos > 0 else None
         start = len(low.ops)
-        last = self.items(w.pre.forward, "F", a, []) if w.pre is not None else None
+        # a forward-only pass stores nothing for a backward: its working set lives while it runs
+        tr = w.act_forward_bytes if self.forward_only else 0.0
+        last = self.items(w.pre.forward, "F", a, [], transient=tr) if w.pre is not None else None
         ends = []
         for l in range(w.num_layers):
             ldeps = [last.id] if last is not None and last.stream != "compute" else []
             ldeps += grads.before_forward_layer(idx == self.first_f.get(a.chunk), a, w, l, ends)
-            last = self.items(w.layers[l].forward, "F", a, ldeps)
+            last = self.items(w.layers[l].forward, "F", a, ldeps, transient=tr)
             ends.append(last)
         if w.post is not None:
-            last = self.items(w.post.forward, "F", a, [])
+            last = self.items(w.post.forward, "F", a, [], transient=tr)
         first = next(o for o in low.ops[start:] if o.stream == "compute")
-        first.alloc += w.act_bytes
-        first.inflight += 1
+        if not self.forward_only:
+            first.alloc += w.act_bytes
+            first.inflight += 1
         if edge_ag is not None:
             first.deps.append(edge_ag)
         if gather is not None:
@@ -409,7 +418,9 @@ class ClassLowering:
     def run(self) -> None:
         low = self.low
         chunks = self.sched.stage_of[self.rank]
-        self.grads.prefetch_params(len(chunks))
+        if not self.forward_only:
+            # the previous step's updated parameters (a forward-only pass updates none)
+            self.grads.prefetch_params(len(chunks))
         i = 0
         acts = self.acts
         while i < len(acts):
@@ -424,7 +435,9 @@ class ClassLowering:
             else:
                 self.emit(i, a)
                 i += 1
-        self.finish(chunks)
+        if not self.forward_only:
+            # a forward-only pass ends with its last forward: no gradients, no optimizer step
+            self.finish(chunks)
 
     def emit(self, i: int, a: Action) -> None:
         if a.kind == "F":

@@ -1,6 +1,7 @@
 """Device memory per rank and the one rule for "does the plan fit".
 
     static   weights + gradients + optimizer state of the model stages a pipeline rank holds
+             (weights alone for a forward-only pass)
     buffers  communication buffers (pipeline, tensor-parallel, ZeRO-3 gathers, MoE dispatch)
     total    static + buffers + activations (the simulated peak, or a bound of it)
     fits     every rank's total <= the usable memory of the device it runs on: its capacity
@@ -25,11 +26,14 @@ def static_memory(sc: Scenario, params: float, expert_params: float = 0.0) -> di
     """Per-rank bytes of weights, gradients and optimizer state (Megatron distributed-optimizer table,
     Megatron-LM docs/source/api-guide/dist_optimizer.md: bf16 params with fp32 grads = 2 + 4 + 12
     bytes per parameter, fp16 = 2 + 2 + 16; ZeRO-1 shards the optimizer over dp, ZeRO-2 also the
-    gradients, ZeRO-3 also the weights). Dense weights shard over the dp x cp ranks that hold them,
+    gradients, ZeRO-3 also the weights). A forward-only pass (training.forward_only) has no gradients
+    and no optimizer state: weights alone. Dense weights shard over the dp x cp ranks that hold them,
     expert weights (`expert_params` of `params`) over the expert-data-parallel group."""
     p = sc.parallel
     fp16 = sc.training.precision == "fp16"
     wb, gb, ob = 2.0, (2.0 if fp16 else 4.0), (16.0 if fp16 else 12.0)
+    if sc.training.forward_only:
+        gb = ob = 0.0           # a forward-only pass holds the 16-bit weights alone
     dense = params - expert_params
     dp, edp = p.dp * p.cp, sc.expert_dp
     z = p.zero_stage

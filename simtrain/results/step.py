@@ -247,6 +247,9 @@ class StepResult(Section):
     # lookups outside what was measured (operator curves, collective tables), never extrapolated silently
     calibration_warnings: list[str]
     collectives: list[Collective] = field(default_factory=list)
+    # True for a forward-only pass (training.forward_only: no backward, gradients or optimizer
+    # step; FLOPs are the forward's); left out for a training step
+    forward_only: bool | None = optional()
     heterogeneity: Heterogeneity | None = optional()
     stragglers: Stragglers | None = optional()
     moe: MoeSection | None = optional()

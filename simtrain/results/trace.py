@@ -11,9 +11,10 @@ if TYPE_CHECKING:
 
 
 def chrome_trace(ops: list[EOp], tl: Timeline, classes: list[RankClass], topo: Topology,
-                 link_series: dict | None = None) -> dict:
+                 link_series: dict | None = None, forward_only: bool = False) -> dict:
     """`link_series` (flow backend): counter tracks of the busiest links' utilisation, in a
-    "network" process after the rank classes."""
+    "network" process after the rank classes. `forward_only`: the ops are a forward-only pass
+    (training.forward_only), which every process name and the trace's metadata say."""
     order = ("compute", "tp", "cp", "ep", "etp", "dp", "edp", "pp_next", "pp_prev")
     used = {op.stream for op in ops} | {x[0] for op in ops for x in op.fused}
     tids = {"compute": 0, "tp": 1, "dp": 2, "pp_next": 3, "pp_prev": 4}      # the dense streams keep their ids
@@ -32,7 +33,8 @@ def chrome_trace(ops: list[EOp], tl: Timeline, classes: list[RankClass], topo: T
     for c in classes:
         r0 = c.ranks[0]
         ev.append({"ph": "M", "name": "process_name", "pid": c.id,
-                   "args": {"name": f"stage {c.stage} · rank {r0} ({topo.device_id(c.device)}) ×{c.multiplicity} ranks"}})
+                   "args": {"name": f"stage {c.stage} · rank {r0} ({topo.device_id(c.device)}) ×{c.multiplicity} ranks"
+                                    + (" · forward only" if forward_only else "")}})
         ev.append({"ph": "M", "name": "process_sort_index", "pid": c.id, "args": {"sort_index": c.id}})
         for s, t in tids.items():
             if s in ("compute", "tp", "dp", "pp_next", "pp_prev") or s in used:
@@ -59,4 +61,7 @@ def chrome_trace(ops: list[EOp], tl: Timeline, classes: list[RankClass], topo: T
             ev.append({"ph": "s", "id": op.id, "name": "p2p", "cat": "pp", "pid": op.cls, "tid": tids[op.stream], "ts": round(s * 1e6, 3)})
             ev.append({"ph": "f", "bp": "e", "id": op.id, "name": "p2p", "cat": "pp", "pid": dst.cls, "tid": tids["compute"],
                        "ts": round(tl.start[dst.id] * 1e6, 3)})
-    return {"traceEvents": ev, "displayTimeUnit": "ms"}
+    out = {"traceEvents": ev, "displayTimeUnit": "ms"}
+    if forward_only:
+        out["otherData"] = {"pass": "forward only"}
+    return out

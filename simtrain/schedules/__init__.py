@@ -4,7 +4,8 @@ Takes the parallel spec (pp, vpp, schedule name or CSV) and the microbatch count
 validated `Schedule`. The lowering and the engine execute that data and never branch on a
 schedule's name; adding a schedule is one builder function and one `@register` decorator.
 
-  registry     Action, Schedule, ScheduleDef, the SCHEDULES registry, `register`, `make`
+  registry     Action, Schedule, ScheduleDef, the SCHEDULES registry, `register`, `make`,
+               `forward_pass` (a schedule's forwards alone)
   validate     `validate` (complete, consistent, deadlock-free), `order_execution`, `timed_execution`
   basic        GPipe, 1F1B, interleaved 1F1B
   zero_bubble  ZB-H1, ZB-H2, ZB-V
@@ -20,13 +21,13 @@ from typing import TYPE_CHECKING
 from simtrain.errors import ScheduleError
 from simtrain.schedules import basic, dualpipe, zero_bubble  # noqa: F401  (the shipped schedules register on import)
 from simtrain.schedules.csvio import read_csv
-from simtrain.schedules.registry import SCHEDULES, Action, Schedule, ScheduleDef, make, register, simple_route
+from simtrain.schedules.registry import SCHEDULES, Action, Schedule, ScheduleDef, forward_pass, make, register, simple_route
 from simtrain.schedules.validate import order_execution, timed_execution, validate
 
 if TYPE_CHECKING:
     from simtrain.spec.scenario import ParallelSpec
 
-__all__ = ["SCHEDULES", "Action", "Schedule", "ScheduleDef", "build_schedule", "make", "order_execution", "register",
+__all__ = ["SCHEDULES", "Action", "Schedule", "ScheduleDef", "build_schedule", "forward_pass", "make", "order_execution", "register",
            "schedule_for", "simple_route", "timed_execution", "validate"]
 
 

@@ -25,7 +25,7 @@ Dependencies implied by the data (position k of a microbatch's route, S stages):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 
@@ -130,6 +130,15 @@ def register(name: str, source: str, num_stages: Callable | None = None, check: 
                                       check or (lambda pp, m, vpp: []), default_vpp)
         return fn
     return deco
+
+
+def forward_pass(s: Schedule) -> Schedule:
+    """The schedule's forward actions alone, in the order each rank runs them: a forward-only pass
+    over the batch (no B, W or BW; overlapped pairs lose their partner, so none is marked). The
+    forwards keep their routes, so activations still move down the pipeline. Dropping actions
+    from a deadlock-free schedule only removes waits, so the result is deadlock-free too."""
+    acts = tuple(tuple(Action("F", a.microbatch, a.chunk) for a in row if a.kind == "F") for row in s.actions)
+    return replace(s, actions=acts)
 
 
 def simple_route(pp: int) -> tuple:

@@ -159,6 +159,9 @@ class TrainingSpec:
     precision: str = spec_field(("fp16", "bf16", "fp8"), "GEMM precision (the device preset needs its peak)", default="bf16")
     recompute: str = spec_field(("none", "selective", "full"), "activation recomputation", default="none")
     flash_attention: bool = spec_field("bool", "fused attention (needed for cp > 1)", default=True)
+    forward_only: bool = spec_field(
+        "bool", "simulate a forward pass over the batch only (no backward, gradient reduction or optimizer step; "
+        "weights-only memory): the old_log_prob / ref / values passes of RL", default=False)
 
 
 @dataclass(frozen=True)

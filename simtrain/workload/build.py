@@ -57,6 +57,7 @@ def build_workload(sc: Scenario, num_stages: int | None = None, ep_rank: int = 0
     for s, n in enumerate(counts):
         layers, dense, expert, acts = [], [], [], []
         working = 0.0
+        fwd = 0.0           # a forward-only pass: one layer's activations alive at a time (nothing stored)
         if ebld is not None and (s < enc_k or (enc_k == 0 and s == 0)):
             # the encoder's layers (split evenly over its stages), the projector after the last
             per = enc.num_layers // max(enc_k, 1)
@@ -66,12 +67,14 @@ def build_workload(sc: Scenario, num_stages: int | None = None, ep_rank: int = 0
                 dense.append(ebld.layer_params())
                 expert.append(0.0)
                 acts.append(ebld.act_per_layer(sc.training.recompute))
+                fwd = max(fwd, ebld.act_per_layer("none"))
             working = max(working, ebld.act_per_layer("none") if full_rc else 0.0)
             if s == max(enc_k - 1, 0):
                 layers.append(ebld.projector(bld.h))
                 dense.append(ebld.projector_params(bld.h))
                 expert.append(0.0)
                 acts.append(ebld.projector_act(bld.h))
+                fwd = max(fwd, ebld.projector_act(bld.h))
         for _ in range(n):
             kind = kinds[pos]
             pos += 1
@@ -82,6 +85,7 @@ def build_workload(sc: Scenario, num_stages: int | None = None, ep_rank: int = 0
                 dense.append(moe_p[0])
                 expert.append(moe_p[1])
                 acts.append(bld.act_per_layer(sc.training.recompute, "moe", tk["rows"], tk["send"]))
+                fwd = max(fwd, bld.act_per_layer("none", "moe", tk["rows"], tk["send"]))
                 if full_rc:
                     working = max(working, bld.act_per_layer("none", "moe", tk["rows"], tk["send"]))
             else:
@@ -89,6 +93,7 @@ def build_workload(sc: Scenario, num_stages: int | None = None, ep_rank: int = 0
                 dense.append(dense_p)
                 expert.append(0.0)
                 acts.append(bld.act_per_layer(sc.training.recompute))
+                fwd = max(fwd, bld.act_per_layer("none"))
                 if full_rc:
                     working = max(working, bld.act_per_layer("none"))
         params = sum(dense) + sum(expert)
@@ -111,5 +116,6 @@ def build_workload(sc: Scenario, num_stages: int | None = None, ep_rank: int = 0
             act_bytes_pre=bld.act_pre() if s == first_lm else 0.0,
             act_bytes_post=bld.act_post() if s == S - 1 else 0.0,
             act_working_bytes=working, expert_params=sum(expert), send_bytes=send, recv_gather_bytes=gather,
+            act_forward_bytes=fwd + (bld.act_post() if s == S - 1 else 0.0),
         ))
     return tuple(out)

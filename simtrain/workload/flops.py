@@ -7,7 +7,8 @@ whole model's parameter counts (total, active per token, embedding, encoder).
 FLOP accounting (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters
 Using Megatron-LM", SC'21, eq. 3): a GEMM of m x n x k costs 2mnk forward, the same again for the
 input gradient and for the weight gradient; the attention core costs 4·b·s²·h forward (scores and
-weighted values, full square). Model FLOPs per step = 3 x forward FLOPs, recompute excluded.
+weighted values, full square). Model FLOPs per step = 3 x forward FLOPs, recompute excluded
+(a forward-only pass, `training.forward_only`: the forward FLOPs alone).
 Worked example (GPT, f = 4h, MHA): per layer forward 24·b·s·h² + 4·b·s²·h, so the model total is
 72·B·s·l·h²·(1 + s/(6h) + V/(12·h·l)), the paper's formula.
 """
@@ -33,18 +34,23 @@ def _items_model_flops(items) -> float:
 
 def model_flops_per_step(sc: Scenario, work: tuple) -> float:
     """3 x forward FLOPs of the whole model for the global batch (Narayanan et al. 2021 accounting),
-    from a workload built with nominal routing (`build_workload(..., uniform=True)` for MoE)."""
+    from a workload built with nominal routing (`build_workload(..., uniform=True)` for MoE); the
+    forward FLOPs alone for a forward-only pass (training.forward_only)."""
+    fwd_only = sc.training.forward_only
     per_mb_rank = 0.0
     for w in work:
         prog = list(w.layers) + [x for x in (w.pre, w.post) if x]
         for lp in prog:
-            per_mb_rank += _items_model_flops(lp.forward) + _items_model_flops(lp.backward)
+            per_mb_rank += _items_model_flops(lp.forward) + (0.0 if fwd_only else _items_model_flops(lp.backward))
     # per-rank FLOPs are divided by tp and cp (tokens); multiply back, and by the microbatches
     return per_mb_rank * sc.parallel.tp * sc.parallel.cp * sc.training.global_batch_size / sc.training.micro_batch_size
 
 
 def hardware_flops_per_step(sc: Scenario, work: tuple) -> float:
-    """Model FLOPs plus recomputed forward FLOPs (same accounting: attention counted full-square)."""
+    """Model FLOPs plus recomputed forward FLOPs (same accounting: attention counted full-square).
+    A forward-only pass recomputes nothing: its hardware FLOPs are its model FLOPs."""
+    if sc.training.forward_only:
+        return model_flops_per_step(sc, work)
     extra = 0.0
     for w in work:
         for lp in w.layers:
