@@ -173,7 +173,8 @@ def _choice(d: dict, key: str, path: str, errs: Collector, default: str, choices
 
 def _prefixed(c: Collector, prefix: str, errs: Collector) -> None:
     """Problems of a role's training template, re-rooted at the role's keys of the job file."""
-    renames = {"parallel": f"{prefix}.parallel", "training": f"{prefix}.training", "model": f"{prefix}.model"}
+    renames = {"parallel": f"{prefix}.parallel", "training": f"{prefix}.training",
+               "model": f"{prefix}.model" if prefix in ("critic", "reward") else "model"}
     for p in c.problems:
         head = p.path.split(".", 1)[0]
         path = p.path if head in ("cluster", "network") or not p.path else renames.get(head, prefix) + p.path[len(head):]
