@@ -12,6 +12,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
