@@ -134,3 +134,18 @@ def test_cli_check_and_bad_file_exit_2(tmp_path):
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().count("\n") == 0 and "placement.kind: unknown 'async'" in bad.stderr
+
+
+def test_reward_model_and_critic_roles():
+    """A model reward gets its own forward-only role on the training pool; ppo gets a critic whose
+    model defaults to the policy's."""
+    raw = copy.deepcopy(BASE)
+    raw["reward"] = {"kind": "model", "model": {"preset": "qwen2.5-math-1.5b"}, "parallel": {"tp": 1}}
+    raw["algorithm"] = {"estimator": "ppo"}
+    raw["critic"] = {"ppo_mini_batch_size": 8, "use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 8192}
+    job, probs = _build(raw)
+    assert probs == []
+    assert set(job.roles) == {"actor", "reference", "critic", "reward_model"}
+    assert job.roles["reward_model"].scenario.model.hidden_size == 1536
+    assert job.roles["critic"].scenario.model.hidden_size == job.roles["actor"].scenario.model.hidden_size
+    assert job.has_critic and not job.needs_ref
