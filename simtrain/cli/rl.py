@@ -5,6 +5,7 @@ import argparse
 import json
 import platform
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,7 +13,9 @@ import yaml
 
 from simtrain import __version__
 from simtrain.errors import Collector
+from simtrain.results.figures import plain, save_figure
 from simtrain.results.io import check_out_dir, staged_dir, to_json, write_atomic
+from simtrain.rl.iteration import RLRun, simulate_rl
 from simtrain.rl.phases import VERL_ORDER
 from simtrain.rl.spec import RLJob, is_rl_file, load_rl_job
 from simtrain.spec.files import load_yaml
@@ -20,8 +23,6 @@ from simtrain.units import fmt_bytes, fmt_time
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from simtrain.rl.iteration import RLRun
 
 OUT_FILES = ("result.json", "scenario.resolved.yaml", "trace.json", "timeline.png", "run_info.json")
 PHASE_COLORS = {"gen": "#4C78A8", "reward": "#EECA3B", "old_log_prob": "#72B7B2", "ref": "#9D755D", "values": "#FF9DA6",
@@ -95,8 +96,6 @@ def timeline_figure(run: RLRun, title: str) -> Figure:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
-
-    from simtrain.results.figures import plain
     pools = sorted({s[0] for s in run.spans})
     fig, ax = plt.subplots(figsize=(12, 1.2 + 0.8 * len(pools)))
     for row, pool in enumerate(pools):
@@ -113,7 +112,6 @@ def timeline_figure(run: RLRun, title: str) -> Figure:
 
 
 def _write_out(out: Path, args: argparse.Namespace, run: RLRun, wall: float) -> None:
-    from simtrain.results.figures import save_figure
     r = run.result
     write_atomic(out / "result.json", to_json(r.to_dict()).encode())
     write_atomic(out / "scenario.resolved.yaml", yaml.safe_dump(run.job.raw, sort_keys=False).encode())
@@ -130,9 +128,6 @@ def load(args: argparse.Namespace) -> RLJob:
 
 
 def cmd_run_rl(args: argparse.Namespace) -> int:
-    import time
-
-    from simtrain.rl.iteration import simulate_rl
     if args.out:
         check_out_dir(args.out, "--out", OUT_FILES)
     job = load(args)

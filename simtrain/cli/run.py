@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from simtrain import __version__
+from simtrain.cli.rl import cmd_run_rl, is_rl_path
 from simtrain.hardware.topology import Topology
 from simtrain.results.figures import timeline_png
 from simtrain.results.io import check_out_dir, staged_dir, to_json, write_atomic
@@ -103,7 +104,6 @@ def _write_out(out: Path, args: argparse.Namespace, sc: Scenario, topo: Topology
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from simtrain.cli.rl import cmd_run_rl, is_rl_path
     if is_rl_path(args.scenario):
         return cmd_run_rl(args)
     if args.out:

@@ -29,6 +29,11 @@ from simtrain.rl import phases as ph
 from simtrain.rl.spec import RLJob
 from simtrain.rollout.engine import GenerationResult, Request, simulate_generation
 
+try:        # weight sync and host swaps, a module of its own
+    from simtrain.rl import sync
+except ImportError:
+    sync = None
+
 FIXED_POINT_ROUNDS = 6
 TRAIN_PHASES = ("reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor")
 
@@ -133,10 +138,8 @@ class _Costs:
         """update_weights: resharding / transfer plus the host swaps of offloaded state (seconds, notes)."""
         if self._sync is not None:
             return self._sync
-        try:
-            from simtrain.rl import sync
-        except ImportError as e:
-            raise SimtrainError("rl: weight sync needs simtrain.rl.sync, which this build lacks; update simtrain") from e
+        if sync is None:
+            raise SimtrainError("rl: weight sync needs simtrain.rl.sync, which this build lacks; update simtrain")
         job = self.job
         a = job.roles["actor"]
         sc = a.scenario
