@@ -14,7 +14,8 @@ Placements (docs/reference/verl-config.md):
                 Arrival times depend on the trainer's update times and those on the generation's
                 finish times: solved by fixed-point rounds (FIXED_POINT_ROUNDS, stopping when
                 the arrivals no longer change).
-Steady-state means leave out the first iteration when there are several (warm-up: nothing overlaps
+timing_s/gen is the generation's makespan, except under fully_async, where it is the trainer's wait
+for a batch (the generation itself runs all the time). Steady-state means leave out the first iteration when there are several (warm-up: nothing overlaps
 yet). Iteration k samples its lengths with numpy.random.default_rng([seed, k]).
 """
 from __future__ import annotations
