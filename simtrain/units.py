@@ -146,3 +146,9 @@ def fmt_time(t: float) -> str:
 
 def fmt_bytes(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
+
+
+def plural(n: int | float, noun: str, many: str | None = None) -> str:
+    """`n` and the noun, singular for exactly one: "1 trial", "3 trials", "2,048 hosts"."""
+    word = noun if n == 1 else (many or noun + "s")
+    return f"{n:,} {word}" if isinstance(n, int) else f"{n:g} {word}"

@@ -497,3 +497,50 @@ def test_bad_counts_on_the_command_line_are_one_line(args, key):
     assert p.returncode == 2, p.stderr
     assert p.stderr.startswith(key) and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+# --- bounds, wording and the provenance of the rates --------------------------------------------
+
+@pytest.mark.parametrize("section, key, rule", [
+    ("failures: {rate_scale: 0}", "reliability.failures.rate_scale", "> 0 and <= 1000"),
+    ("failures: {rate_scale: .nan}", "reliability.failures.rate_scale", ""),
+    ("failures: {distribution: weibull, weibull_shape: 1.0e-9}", "reliability.failures.weibull_shape", ">= 0.05 and <= 20"),
+    ("failures: {categories: {faulty_gpu: {rate_per_unit_hour: 2.5, per: gpu}}}",
+     "reliability.failures.categories.faulty_gpu.rate_per_unit_hour", "<= 1"),
+    ("step_time_cv: 2", "reliability.step_time_cv", "<= 1"),
+])
+def test_out_of_range_reliability_values_are_refused_with_the_range(tmp_path, section, key, rule):
+    """A rate scale of 0 divided the MTBF by zero (a traceback); each bound is refused at its key
+    path with the allowed range, exit 2, no traceback."""
+    f = write(tmp_path / "s.yaml", scen(f"reliability: {{step_time: '5 s', {section}}}\n"))
+    p = subprocess.run([sys.executable, "-m", "simtrain", "reliability", str(f), "--trials", "2"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert key in p.stderr and rule in p.stderr, p.stderr
+
+
+def test_one_trial_reads_singular_and_claims_no_interval(tmp_path):
+    """With one trial there is no spread to estimate: the summary must not print '± 0.00 (95 % CI)'
+    nor '1 trials'; it names the device and gives the tokens trained."""
+    f = write(tmp_path / "s.yaml", scen("reliability: {horizon: '1 days', step_time: '5 s', checkpoint: {size: '0.5 TB'}}\n"))
+    p = subprocess.run([sys.executable, "-m", "simtrain", "reliability", str(f), "--trials", "1"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert out.splitlines()[0].endswith(", 1 day, 1 trial") and "1 trials" not in out and "(1 process)" in out
+    assert "no confidence interval" in out and "± 0.00" not in out
+    assert "64 x h100-sxm5-80gb" in out and "GPUs" not in out.splitlines()[0]
+    assert "tokens trained" in out
+
+
+def test_failure_rates_say_when_they_are_assumed():
+    """The shipped per-component rates were measured on H100 (Llama 3, Table 5): a run on H100 cites
+    them as measured; an MLU590 run borrows them and must say so; a scenario's own categories are
+    its own."""
+    from simtrain.studies.reliability.study import failure_rate_source
+    assert failure_rate_source("h100-sxm5-80gb", False)["assumed"] is False
+    mlu = failure_rate_source("mlu590", False)
+    assert mlu["assumed"] is True and "assumed" in mlu["source"] and "MLU590" in mlu["source"]
+    assert failure_rate_source("h200-sxm-141gb", False)["assumed"] is True
+    assert failure_rate_source("mlu590", True) == {"device": "mlu590", "assumed": False,
+                                                   "source": "the scenario's reliability.failures section"}

@@ -42,6 +42,7 @@ from simtrain.spec.scenario import (
     Scenario,
     TrainingSpec,
 )
+from simtrain.units import plural
 
 DATA = resources.DATA
 
@@ -790,6 +791,35 @@ def _check_placement(p, errs: Collector) -> None:
                      f"give a permutation of 0..{world - 1}: entry r is rank r's device")
 
 
+def _world_fix(p: dict, model: dict | None, training: dict | None, cluster: dict, topo, world: int) -> str:
+    """Concrete ways to make tp x pp x dp x cp equal the cluster's device count: the node count the
+    plan needs, a dp that fills the cluster, or tp+dp pairs (tp dividing the heads and at most one
+    node), each as a `--set` the user can paste."""
+    n, per = topo.num_devices, topo.devices_per_node
+    tp, pp, cp = p["tp"], p["pp"], p["cp"]
+    ways = []
+    if world % per == 0:
+        ways.append(f"set cluster.nodes to {world // per}")
+    heads = (model or {}).get("num_attention_heads") or 0
+    kv = (model or {}).get("num_key_value_heads") or heads
+    gb, mb = (training or {}).get("global_batch_size"), (training or {}).get("micro_batch_size")
+
+    def batch_ok(dp: int) -> bool:
+        return not (gb and mb) or gb % (mb * dp) == 0
+
+    rest = n // (pp * cp) if n % (pp * cp) == 0 else 0
+    if rest and rest % tp == 0 and batch_ok(rest // tp):
+        ways.append(f"--set parallel.dp={rest // tp}")
+    pairs = [(t, rest // t) for t in range(1, min(per, rest) + 1) if rest and rest % t == 0 and t != tp
+             and heads and heads % t == 0 and (kv % t == 0 or t % kv == 0) and batch_ok(rest // t)]
+    pairs = sorted(pairs, key=lambda q: abs(q[0] - tp))[:3]
+    if pairs:
+        ways.append(f"--set parallel.tp+parallel.dp={pairs[0][0]}+{pairs[0][1]}"
+                    + (f" (compare them: simtrain compare SCENARIO --set parallel.tp+parallel.dp="
+                       f"{','.join(f'{a}+{b}' for a, b in sorted(pairs))})" if len(pairs) > 1 else ""))
+    return "; or ".join(ways) if ways else f"change the plan so that tp x pp x dp x cp = {n}"
+
+
 def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> None:
     p = parallel
     if p.get("schedule") is not None and p["schedule"] not in SCHEDULES and not p.get("schedule_csv"):
@@ -824,8 +854,8 @@ def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> No
         world = p["tp"] * p["pp"] * p["dp"] * p["cp"]
         if world != topo.num_devices:
             errs.add("parallel", f"tp x pp x dp x cp = {p['tp']} x {p['pp']} x {p['dp']} x {p['cp']} = {world}, but the cluster has "
-                     f"{cluster['nodes']} nodes x {topo.devices_per_node} = {topo.num_devices} devices",
-                     f"set cluster.nodes to {world / topo.devices_per_node:g} or change the plan")
+                     f"{plural(cluster['nodes'], 'node')} x {topo.devices_per_node} = {topo.num_devices} devices",
+                     _world_fix(p, model, training, cluster, topo, world))
     if topo is not None and cluster:
         for i, st in enumerate(cluster.get("stragglers") or ()):
             bad = [d for d in st.devices if d >= topo.num_devices]

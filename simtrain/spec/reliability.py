@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Optional
 
@@ -59,6 +59,7 @@ class FailureSpec:
     distribution: str = "exponential"
     weibull_shape: float = 1.0
     rate_scale: float = 1.0      # multiplies every rate (what-if: a less or more reliable fleet)
+    from_scenario: bool = False  # the scenario gives its own categories or exposure (not the shipped H100 rates)
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ EXPOSURE = _sec({
 
 CATEGORY = _sec({
     "count": Key("float", None, "failures observed over failures.exposure (or give rate_per_unit_hour)", optional=True),
-    "rate_per_unit_hour": Key("float", None, "failures per unit and hour (>= 0)", unit="1/h", optional=True),
+    "rate_per_unit_hour": Key("float", None, "failures per unit and hour (0..1)", unit="1/h", optional=True),
     "per": Key(PER, "gpu", "the unit a rate counts (job: one per job)"),
     "action": Key(ACTIONS, None, "swap: the failed node is replaced; restart: the job restarts on the same nodes",
                   derived="swap (planned: restart)"),
@@ -165,8 +166,8 @@ FAILURES = _sec({
     "planned": Key("any", None, "planned interruptions (maintenance) as one category; null or false: none", optional=True,
                    section=CATEGORY, derived=SHIPPED),
     "distribution": Key(DISTRIBUTIONS, "exponential", "time between failures"),
-    "weibull_shape": Key("float", 1.0, "weibull: the shape (> 0; 1 is exponential)"),
-    "rate_scale": Key("float", 1.0, "multiplies every rate (>= 0; what-if: a less or more reliable fleet)"),
+    "weibull_shape": Key("float", 1.0, "weibull: the shape (0.05..20; 1 is exponential)"),
+    "rate_scale": Key("float", 1.0, "multiplies every rate (> 0, <= 1000; what-if: a less or more reliable fleet)"),
     "cross_check": Key("any", None, "published numbers the defaults are compared with (not read)", json={"type": "object"}),
 }, "failure rates")
 
@@ -335,6 +336,9 @@ def parse_section(user: Any, errs: Collector, scenario_seed: int = 0) -> Reliabi
     cv = r.number({"step_time_cv": user.get("step_time_cv", 0.0)}, "step_time_cv", root, lo=0.0, hi=1.0)
 
     failures = _failures(r, tree, root)
+    uf = user.get("failures")
+    if failures is not None and isinstance(uf, dict) and ("categories" in uf or "exposure" in uf):
+        failures = replace(failures, from_scenario=True)
     recovery = _recovery(r, tree, root)
     checkpoint = _checkpoint(r, tree, root)
     spares = _spares(r, tree, root)
@@ -351,8 +355,12 @@ def _failures(r: _Reader, tree: dict, root: str):
     hours = float(exp.get("days", 0)) * 24.0
     units = {"gpu": exp.get("gpus"), "host": exp.get("hosts"), "nic": exp.get("nics"), "job": 1}
     dist = r.value({"distribution": f.get("distribution", "exponential")}, "distribution", DISTRIBUTIONS, p)
-    shape = r.number({"weibull_shape": f.get("weibull_shape", 1.0)}, "weibull_shape", p, lo=0.0, lo_open=True)
-    scale = r.number({"rate_scale": f.get("rate_scale", 1.0)}, "rate_scale", p, lo=0.0)
+    # a shape below 0.05 or above 20 puts almost every failure at t = 0 or at one instant: not a
+    # fleet's failure process, and the inverse-CDF sampling loses its precision there
+    shape = r.number({"weibull_shape": f.get("weibull_shape", 1.0)}, "weibull_shape", p, lo=0.05, hi=20.0)
+    # rate_scale 0 would mean a fleet that never fails (the MTBF divides by it); 1000x the published
+    # rates is already one failure every few seconds on a large job
+    scale = r.number({"rate_scale": f.get("rate_scale", 1.0)}, "rate_scale", p, lo=0.0, hi=1000.0, lo_open=True)
     cats = []
     raw = f.get("categories") or {}
     if not isinstance(raw, dict):
@@ -370,9 +378,9 @@ def _failures(r: _Reader, tree: dict, root: str):
             return None
         per = r.value({"per": c.get("per", "gpu")}, "per", PER, cp)
         if "rate_per_unit_hour" in c:
-            rate = r.number(c, "rate_per_unit_hour", cp, lo=0.0)
+            rate = r.number(c, "rate_per_unit_hour", cp, lo=0.0, hi=1.0)    # one failure per unit-hour at most
         elif "count" in c:
-            cnt = r.number(c, "count", cp, lo=0.0)
+            cnt = r.number(c, "count", cp, lo=0.0, hi=1e9)
             n = units.get(per) if per else None
             if cnt is None or per is None:
                 return None

@@ -491,7 +491,12 @@ OUT_FILES = ("sweep.sqlite", "sweep.csv", "scaling.png")
 def check_plot_x(grid: Sequence[str] | None, key: str) -> None:
     """--plot-x must be a grid key whose values are numbers: checked before anything runs."""
     values: dict = {}
-    for axis in parse_axes(grid, "--grid", always_axis=True)[1]:
+    axes = parse_axes(grid, "--grid", always_axis=True)[1]
+    others = []
+    for axis in axes:
+        keys = {o.partition("=")[0] for over in axis.values for o in over}
+        if key not in keys and len(axis.values) > 1:
+            others.append(f"{'+'.join(sorted(keys))} ({len(axis.values)} values)")
         for over in axis.values:
             for o in over:
                 k, _, v = o.partition("=")
@@ -499,6 +504,11 @@ def check_plot_x(grid: Sequence[str] | None, key: str) -> None:
     if key not in values:
         raise ConfigError([Problem("--plot-x", key, "is not a key of the grid",
                                    f"use one of: {', '.join(values)}" if values else "add it with --grid")])
+    if others:
+        # one line through points that differ in another axis would join unlike plans
+        raise ConfigError([Problem("--plot-x", key, f"the grid also varies {', '.join(others)}, so a line against {key} "
+                                   "would join points of different plans",
+                                   "sweep only this key (hold the others with --set), or plot from sweep.csv per combination")])
     for v in values[key]:
         try:
             x = yaml.safe_load(v)

@@ -25,6 +25,7 @@ import yaml
 
 from simtrain import __version__
 from simtrain.errors import ConfigError, Problem
+from simtrain.hardware.devices import get_device
 from simtrain.results.io import check_out_dir, staged_dir, to_json, write_atomic
 from simtrain.studies.reliability import model as M
 from simtrain.studies.reliability.config import METHODS, defaults, load_spec, parse_duration
@@ -34,7 +35,7 @@ from simtrain.studies.reliability.montecarlo import run_many, stats, summarize
 from simtrain.studies.reliability.optimize import daly, daly_goodput, exact_optimum, grid, refine, young
 from simtrain.studies.reliability.plots import sweep_png, timeline_png
 from simtrain.studies.runner import load_point, simulate_point
-from simtrain.units import UnitError
+from simtrain.units import UnitError, plural
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -80,6 +81,27 @@ def closed_form(p: M.JobParams, n: int) -> dict:
         "goodput_with_planned_stops": g * (1.0 - planned * (p.restart_s + p.warmup_s)),
         "young_interval_s": young(d, mt), "daly_interval_s": daly(d, mt), "exact_interval_s": exact_optimum(d, mt),
     }
+
+
+# The only published per-component breakdown of training-fleet interruptions is Llama 3's, measured
+# on H100-80GB (arXiv:2407.21783 Table 5, the shipped categories). Other devices have no public
+# breakdown we could find, so they run on those rates and the result says so.
+MEASURED_ON = "h100-sxm5-80gb"
+
+
+def failure_rate_source(device: str, from_scenario: bool) -> dict:
+    """Where the failure rates of a run on `device` come from, and whether they are an assumption."""
+    if from_scenario:
+        return {"device": device, "assumed": False, "source": "the scenario's reliability.failures section"}
+    if device == MEASURED_ON:
+        return {"device": device, "assumed": False,
+                "source": "Llama 3 interruptions on 16,384 H100-80GB over 54 days (arXiv:2407.21783, Table 5)"}
+    d = get_device(device)
+    why = ("another Hopper part; the same rates are assumed" if d.arch == "hopper"
+           else f"no public per-component failure statistics for {d.vendor} {d.arch} devices were found")
+    return {"device": device, "assumed": True,
+            "source": f"assumed: the H100 rates of Llama 3 (arXiv:2407.21783, Table 5) for {d.name}: {why}; "
+                      "set reliability.failures.rate_scale or categories from your fleet's records"}
 
 
 def cross_check(p: M.JobParams) -> dict:
@@ -162,11 +184,13 @@ def study(path: str | Path, overrides: Sequence[str] = (), days: float | None = 
     res = run_many(tasks, spec.trials, spec.seed, jobs=jobs, store=store, log=log)
     mc_wall = time.perf_counter() - t1
     result = {
-        "scenario": sc.name, "simtrain_version": __version__, "gpus": p.gpus, "hosts": p.hosts, "dp": p.dp,
+        "scenario": sc.name, "simtrain_version": __version__, "device": sc.cluster.device, "devices": p.gpus,
+        "gpus": p.gpus, "hosts": p.hosts, "dp": p.dp,
         "step_time_s": p.step_time_s, "step_time_source": "reliability.step_time" if spec.step_time_s is not None else "step simulation",
         "tokens_per_step": p.tokens_per_step,
         "horizon_s": spec.horizon_s, "target_tokens": spec.tokens, "trials": spec.trials, "seed": spec.seed,
         "job": describe(p, n),
+        "failure_rates": failure_rate_source(sc.cluster.device, spec.failures.from_scenario),
         "failure_categories": [{"name": c[0], "job_rate_per_day": c[1] * 86400.0, "action": c[2], "detection": c[3],
                                 "group": c[4], "planned": c[5]} for c in p.categories],
         **summarize(res["main"]),
@@ -252,21 +276,30 @@ def summary(r: dict) -> str:
     j = r["job"]
     g = r["goodput"]
     h = 3600.0
-    span = f"{r['horizon_s'] / 86400:g} days" if r["horizon_s"] else f"{r['target_tokens']:.3g} tokens"
+    span = plural(r['horizon_s'] / 86400, "day") if r["horizon_s"] else f"{r['target_tokens']:.3g} tokens"
+    n = r["trials"]
+
+    def ci(x: dict, digits: int = 2) -> str:
+        # one trial has no spread to estimate: printing "± 0.00" would claim a certainty it lacks
+        return f"± {100 * x['ci95']:.{digits}f} (95 % CI)" if n > 1 else "(one trial: no confidence interval)"
+
     lines = [
-        f"simtrain {r['simtrain_version']} — reliability of {r['scenario']}: {r['gpus']:,} GPUs on {r['hosts']:,} hosts, {span}, {r['trials']} trials",
+        f"simtrain {r['simtrain_version']} — reliability of {r['scenario']}: {r['devices']:,} x {r['device']} on "
+        f"{plural(r['hosts'], 'host')}, {span}, {plural(n, 'trial')}",
         "",
         f"  step time          {r['step_time_s']:.3f} s ({r['step_time_source']})",
+        f"  failure rates      {r['failure_rates']['source']}",
         f"  job MTBF           {j['job_mtbf_h']:.2f} h ({j['unexpected_per_day']:.2f} unexpected + {j['planned_per_day']:.2f} planned interruptions/day)",
         f"  checkpoint         {j['method']}, {j['checkpoint_bytes'] / 1e12:.2f} TB, stall {j['stall_s']:.2f} s"
         + (f", background write {j['write_s']:.1f} s" if j["write_s"] else "")
         + f", every {j['interval_s'] / 60:.1f} min ({j['interval_steps']} steps)",
         f"  recovery           {j['mean_restart_s'] / 60:.1f} min per failure (detection, restart {j['restart_s']:.0f} s, load {j['load_storage_s']:.1f} s, warm-up {j['warmup_s']:.0f} s)",
         "",
-        f"  goodput            {100 * g['mean']:.2f} % ± {100 * g['ci95']:.2f} (95 % CI)   p5 {100 * g['p5']:.2f} %  p50 {100 * g['p50']:.2f} %  p95 {100 * g['p95']:.2f} %",
+        f"  goodput            {100 * g['mean']:.2f} % {ci(g)}   p5 {100 * g['p5']:.2f} %  p50 {100 * g['p50']:.2f} %  p95 {100 * g['p95']:.2f} %",
         f"  closed form        {100 * r['closed_form']['goodput']:.2f} % (Daly's model, unexpected failures only; "
         f"{100 * r['closed_form']['goodput_with_planned_stops']:.2f} % with the planned stops' restarts)",
     ]
+    lines.append(f"  tokens trained     {r['tokens']['mean']:.4g} (mean over {plural(n, 'trial')})")
     if r["target_tokens"]:
         t = r["time_s"]
         lines.append(f"  time to train      {t['mean'] / 86400:.2f} days (p5 {t['p5'] / 86400:.2f}, p95 {t['p95'] / 86400:.2f})")
@@ -291,7 +324,8 @@ def summary(r: dict) -> str:
         lines += ["", "  what-if                 interval   goodput (95 % CI)      spare wait   lost work"]
         for w in r["what_if"]:
             g = w["goodput"]
-            lines.append(f"    {w['variant']:20s} {w['interval_s'] / 60:6.1f} min  {100 * g['mean']:6.2f} % ± {100 * g['ci95']:.2f}   "
+            lines.append(f"    {w['variant']:20s} {w['interval_s'] / 60:6.1f} min  {100 * g['mean']:6.2f} % "
+                         f"{'± %.2f' % (100 * g['ci95']) if n > 1 else '(1 trial)'}   "
                          f"{w['lost_s']['spare_wait'] / h:8.1f} h  {w['lost_s']['lost_work'] / h:8.1f} h")
     if "step_fault" in r:
         f = r["step_fault"]
@@ -353,7 +387,7 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(r) + "\n")
     else:
         print(summary(r))
-        print(f"\n  step simulation {wall['step_sim_s']:.2f} s, Monte-Carlo {wall['monte_carlo_s']:.2f} s wall ({args.jobs} processes)")
+        print(f"\n  step simulation {wall['step_sim_s']:.2f} s, Monte-Carlo {wall['monte_carlo_s']:.2f} s wall ({plural(args.jobs, 'process', 'processes')})")
         if args.out:
             files = ["result.json", "timeline.png", "timeline.json", "scenario.resolved.yaml", "run_info.json", "trials/"]
             files += ["sweep.csv", "goodput_vs_interval.png"] if args.sweep else []
