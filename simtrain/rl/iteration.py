@@ -24,16 +24,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simtrain.errors import SimtrainError
 from simtrain.hardware.devices import get_device
 from simtrain.rl import phases as ph
+from simtrain.rl import sync
 from simtrain.rl.spec import RLJob
 from simtrain.rollout.engine import GenerationResult, Request, simulate_generation
-
-try:        # weight sync and host swaps, a module of its own
-    from simtrain.rl import sync
-except ImportError:
-    sync = None
 
 FIXED_POINT_ROUNDS = 6
 TRAIN_PHASES = ("reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor")
@@ -139,8 +134,6 @@ class _Costs:
         """update_weights: resharding / transfer plus the host swaps of offloaded state (seconds, notes)."""
         if self._sync is not None:
             return self._sync
-        if sync is None:
-            raise SimtrainError("rl: weight sync needs simtrain.rl.sync, which this build lacks; update simtrain")
         job = self.job
         a = job.roles["actor"]
         sc = a.scenario
@@ -210,7 +203,7 @@ def simulate_rl(job: RLJob) -> RLRun:
     last_gen = None
     peaks_all: dict[str, float] = {}
     I = job.iterations
-    samples = [_sample(job, k) for k in range(I if job.placement != "fully_async" else I + job.staleness + 1)]
+    samples = [_sample(job, k) for k in range(I if job.placement != "fully_async" else I + job.staleness)]
     rpool = "actor_rollout" if job.placement == "colocated" else "rollout"
     tpool = "actor_rollout" if job.placement == "colocated" else "train"
 
@@ -316,6 +309,7 @@ def _union(iv: list[tuple[float, float]]) -> float:
 def _fully_async(job: RLJob, costs: _Costs, samples: list, spans: list, record) -> tuple:
     """The streaming trainer (module docstring). Returns (preemptions, a GenerationResult, peak bytes by phase)."""
     I, B, n, s = job.iterations, job.train_batch_size, job.n, job.staleness
+    # batches I .. I-1+s are the ones in flight when the last simulated update happens
     nb = len(samples)
     prompts = np.concatenate([x[0] for x in samples])
     resp = np.concatenate([x[1] for x in samples])
@@ -354,8 +348,8 @@ def _fully_async(job: RLJob, costs: _Costs, samples: list, spans: list, record) 
             rows.append((j, seq, resp[idx], max(0.0, ready - prev), t, sync_s, ss + sync_s - prev))
             prev = ss + sync_s
             sync_end[j] = prev
-        new_arr = np.array([sync_end[b - 1 - s] if b - 1 - s >= 0 and b - 1 - s < I else
-                            (0.0 if b - 1 - s < 0 else sync_end[-1]) for b in range(nb)])[batch_of]
+        # batch b waits for weight version b - 1 - s (b <= I - 1 + s, so that version is simulated)
+        new_arr = np.array([sync_end[b - 1 - s] if b - 1 - s >= 0 else 0.0 for b in range(nb)])[batch_of]
         if np.array_equal(new_arr, arrivals):
             break
         arrivals = new_arr
