@@ -13,9 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from simtrain.rl.spec import is_rl_file  # noqa: E402
 from simtrain.simulate import simulate  # noqa: E402
 from simtrain.spec.loading import load_scenario  # noqa: E402
 
@@ -25,7 +28,9 @@ def main() -> int:
     ap.add_argument("scenarios", nargs="*")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    paths = [Path(p) for p in args.scenarios] or sorted((ROOT / "scenarios").glob("*.yaml"))
+    # training steps only: RL job files (`job: rl`) are timed by benchmarks/rl_speed.py
+    paths = [Path(p) for p in args.scenarios] or sorted(
+        p for p in (ROOT / "scenarios").glob("*.yaml") if not is_rl_file(yaml.safe_load(p.read_text())))
     print(f"{'scenario':32s} {'ranks':>6s} {'step':>9s} {'MFU':>6s} {'bubble':>7s} {'classes':>7s} {'ops':>8s} "
           f"{'wall med':>9s} {'min':>7s} {'max':>7s}")
     for p in paths:

@@ -10,6 +10,15 @@ from simtrain.spec.loading import load_scenario
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def training_scenarios() -> list:
+    """The shipped scenarios that describe a training step (RL job files, `job: rl`, are run by
+    simtrain.rl and tested in tests/test_rl_*.py), sorted by path."""
+    import yaml
+
+    from simtrain.rl.spec import is_rl_file
+    return sorted(p for p in (ROOT / "scenarios").glob("*.yaml") if not is_rl_file(yaml.safe_load(p.read_text())))
+
+
 @functools.lru_cache(maxsize=None)
 def shipped_run(stem: str) -> tuple:
     """A shipped scenario loaded and simulated once per test run: (scenario, topology, StepRun).

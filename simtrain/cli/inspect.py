@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from simtrain.cli.rl import cmd_check_rl, is_rl_path
 from simtrain.cli.run import load
 from simtrain.errors import ConfigError, Problem, ScheduleError
 from simtrain.hardware.devices import REPO_PROFILES, describe, device_of, preset_names
@@ -23,6 +24,8 @@ from simtrain.workload.build import build_workload
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if is_rl_path(args.scenario):
+        return cmd_check_rl(args)
     sc, topo = load(args)
     p = sc.parallel
     sched = schedule_for(p, sc.num_microbatches)

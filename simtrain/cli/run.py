@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from simtrain import __version__
+from simtrain.cli.rl import cmd_run_rl, is_rl_path
 from simtrain.hardware.topology import Topology
 from simtrain.results.figures import timeline_png
 from simtrain.results.io import check_out_dir, staged_dir, to_json, write_atomic
@@ -103,6 +104,8 @@ def _write_out(out: Path, args: argparse.Namespace, sc: Scenario, topo: Topology
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if is_rl_path(args.scenario):
+        return cmd_run_rl(args)
     if args.out:
         check_out_dir(args.out, "--out", OUT_FILES)      # before simulating: a bad path fails in seconds
     sc, topo = load(args)

@@ -1,0 +1,151 @@
+"""The `job: rl` file: parsing, defaults, batch checks and one error per bad key (simtrain.rl.spec)."""
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simtrain.errors import Collector, ConfigError
+from simtrain.rl.spec import build_rl_job, is_rl_file, load_rl_job
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "scenarios" / "qwen2.5-7b-grpo-h20-32.yaml"
+
+BASE = {
+    "job": "rl", "name": "t", "seed": 0,
+    "cluster": {"device": "h20-96gb", "topology": "hgx-h20", "nodes": 2},
+    "model": {"preset": "qwen2.5-7b"},
+    "algorithm": {"estimator": "grpo"},
+    "data": {"train_batch_size": 32, "n": 4, "max_prompt_length": 512, "max_response_length": 1024,
+             "prompt_length": {"kind": "fixed", "tokens": 256}, "response_length": {"kind": "fixed", "tokens": 512}},
+    "rollout": {"tp": 2},
+    "actor": {"ppo_mini_batch_size": 8, "use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 8192},
+    "placement": {"kind": "colocated", "iterations": 1},
+}
+
+
+def _build(raw: dict):
+    errs = Collector("job.yaml")
+    job = build_rl_job(raw, ROOT / "job.yaml", errs)
+    return job, [str(p) for p in errs.problems]
+
+
+def test_is_rl_file():
+    assert is_rl_file({"job": "rl"}) and is_rl_file({"actor_rollout_ref": {}})
+    assert not is_rl_file({"model": {}, "training": {}})
+
+
+def test_defaults_and_derived_plans():
+    """dp = pool / (tp pp cp): 16 devices, fsdp tp 1 -> dp 16, zero 3 (FSDP full sharding);
+    rollout replicas = 16 / tp 2 = 8; the reference defaults to the actor's plan."""
+    job, probs = _build(copy.deepcopy(BASE))
+    assert probs == []
+    a = job.roles["actor"].scenario.parallel
+    assert (a.dp, a.tp, a.zero_stage) == (16, 1, 3)
+    assert job.engine.dp == 8 and job.engine.tp == 2
+    assert job.roles["reference"].scenario.parallel.dp == 16
+    assert job.rollout_devices == job.train_devices == job.total_devices == 16
+    assert job.response_length.hi == 1024      # max defaults to max_response_length
+
+
+def test_split_pools():
+    """8 rollout devices of 16: the training pool is the other 8 (one node), dp 8."""
+    raw = copy.deepcopy(BASE)
+    raw["placement"] = {"kind": "split", "rollout_devices": 8}
+    job, probs = _build(raw)
+    assert probs == []
+    assert job.roles["actor"].scenario.parallel.dp == 8 and job.engine.dp == 4 and job.train_devices == 8
+
+
+def _set(path: str, value):
+    raw = copy.deepcopy(BASE)
+    node = raw
+    *head, last = path.split(".")
+    for k in head:
+        node = node.setdefault(k, {})
+    if value is KeyError:
+        del node[last]
+    else:
+        node[last] = value
+    return raw
+
+
+BAD = [
+    ("jobz", 1, "jobz: unknown key"),
+    ("algorithm.estimator", "ppx", "algorithm.estimator: unknown 'ppx'"),
+    ("data.train_batch_size", 0, "data.train_batch_size: 0 is not a whole number"),
+    ("data.n", float("nan"), "data.n: nan is not a whole number"),
+    ("data.response_length", {"kind": "lognormal", "mean": 300, "sigma": -1}, "data.response_length.sigma"),
+    ("data.response_length", {"kind": "fixed", "tokens": 100, "max": 4096}, "data.response_length.max: 4096 is over"),
+    ("rollout.tp", 3, "rollout.tp: the rollout pool's 16 devices are not a multiple of rollout.tp 3"),
+    ("rollout.gpu_memory_utilization", 1.5, "rollout.gpu_memory_utilization"),
+    ("rollout.max_num_seqz", 1, "rollout.max_num_seqz: unknown key"),
+    ("actor.ppo_mini_batch_size", 5, "actor.ppo_mini_batch_size: 5 does not divide data.train_batch_size 32"),
+    ("actor.ppo_max_token_len_per_gpu", 1000, "actor.ppo_max_token_len_per_gpu: 1000 is below the longest sequence (1536"),
+    ("actor.parallel", {"tp": 3}, "actor.parallel: tp x pp x cp = 3 does not divide the pool's 16 devices"),
+    ("actor.parallel", {"dp": 4}, "actor.parallel.dp: dp is derived"),
+    ("actor.training", {"micro_batch_size": 2}, "actor.training.micro_batch_size: batch sizes are derived"),
+    ("actor.offload", {"params": "yes"}, "actor.offload: expected"),
+    ("placement.kind", "async", "placement.kind: unknown 'async'"),
+    ("placement.rollout_devices", 8, "placement.rollout_devices: a colocated job runs the rollout on every device"),
+    ("placement.iterations", 0, "placement.iterations: 0 is not a whole number"),
+    ("critic", {"parallel": {}}, "critic: estimator grpo has no critic"),
+    ("algorithm.estimator", "ppo", "critic: estimator ppo needs a critic"),
+    ("reward.kind", "llm", "reward.kind: unknown 'llm'"),
+    ("reward.seconds_per_response", float("inf"), "reward.seconds_per_response: inf is not a finite number"),
+    ("cluster.nodes", KeyError, "cluster: a job needs cluster.topology and cluster.nodes"),
+]
+
+
+@pytest.mark.parametrize("path,value,expected", BAD, ids=[b[0] + "=" + repr(b[1])[:20] for b in BAD])
+def test_bad_input_gives_one_error(path, value, expected):
+    """Each bad key gives exactly one problem, at its key path, with a fix after `; `."""
+    job, probs = _build(_set(path, value))
+    assert job is None
+    assert len(probs) == 1, probs
+    assert probs[0].startswith("job.yaml: ") and expected in probs[0], probs
+    assert "; " in probs[0]
+
+
+def test_split_needs_divisible_dp():
+    """train_batch_size x n = 128 sequences over a training pool of 24 devices (dp 24): 128 % 24 != 0."""
+    raw = copy.deepcopy(BASE)
+    raw["cluster"]["nodes"] = 4
+    raw["placement"] = {"kind": "split", "rollout_devices": 8}
+    job, probs = _build(raw)
+    assert job is None and len(probs) == 1 and "do not split over actor's dp 24" in probs[0]
+
+
+def test_set_overrides_and_example(tmp_path):
+    job = load_rl_job(EXAMPLE, ["data.n=4", "placement.iterations=2"])
+    assert job.n == 4 and job.iterations == 2 and job.device_name == "h20-96gb"
+    with pytest.raises(ConfigError) as e:
+        load_rl_job(EXAMPLE, ["actor.ppo_mini_batch_size=7"])
+    assert len(e.value.problems) == 1 and e.value.problems[0].path == "actor.ppo_mini_batch_size"
+
+
+def test_cli_check_and_bad_file_exit_2(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "simtrain", "check", str(EXAMPLE)], capture_output=True, text=True)
+    assert out.returncode == 0 and "RL job qwen2.5-7b-grpo-h20-32" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "simtrain", "run", str(EXAMPLE), "--set", "placement.kind=async"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().count("\n") == 0 and "placement.kind: unknown 'async'" in bad.stderr
+
+
+def test_reward_model_and_critic_roles():
+    """A model reward gets its own forward-only role on the training pool; ppo gets a critic whose
+    model defaults to the policy's."""
+    raw = copy.deepcopy(BASE)
+    raw["reward"] = {"kind": "model", "model": {"preset": "qwen2.5-math-1.5b"}, "parallel": {"tp": 1}}
+    raw["algorithm"] = {"estimator": "ppo"}
+    raw["critic"] = {"ppo_mini_batch_size": 8, "use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 8192}
+    job, probs = _build(raw)
+    assert probs == []
+    assert set(job.roles) == {"actor", "reference", "critic", "reward_model"}
+    assert job.roles["reward_model"].scenario.model.hidden_size == 1536
+    assert job.roles["critic"].scenario.model.hidden_size == job.roles["actor"].scenario.model.hidden_size
+    assert job.has_critic and not job.needs_ref
