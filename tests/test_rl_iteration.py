@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import csv
 import json
 import subprocess
 import sys
@@ -159,3 +160,25 @@ def test_out_dir_files(tmp_path):
     assert names == sorted(["result.json", "scenario.resolved.yaml", "trace.json", "timeline.png", "run_info.json"])
     tr = json.loads((tmp_path / "o" / "trace.json").read_text())
     assert {e["name"] for e in tr["traceEvents"] if e["ph"] == "X"} >= {"gen", "update_actor", "update_weights"}
+
+
+def test_compare_on_an_rl_job_puts_placements_side_by_side(tmp_path):
+    """`simtrain compare` of a job file: one row per variant with verl's phases. Split and
+    one-step-off run the same phases on the same pools, so their gen and update_actor agree and the
+    one-step-off step (max(gen, train) + sync) is the shorter; a variant that does not load is a row
+    with its message and the command exits 2; compare.csv carries verl's metric names."""
+    f = tmp_path / "job.yaml"
+    f.write_text(yaml.safe_dump(BASE))
+    out = tmp_path / "cmp"
+    p = subprocess.run([sys.executable, "-m", "simtrain", "compare", str(f), "--set",
+                        "placement.kind+placement.rollout_devices=split+8,one_step_off+8,split+7", "--out", str(out)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert "1 of 3 variants are invalid" in p.stderr
+    rows = {r["variant"]: r for r in csv.DictReader((out / "compare.csv").open())}
+    split = rows["placement.kind=split placement.rollout_devices=8"]
+    off = rows["placement.kind=one_step_off placement.rollout_devices=8"]
+    assert float(split["timing_s/gen"]) == pytest.approx(float(off["timing_s/gen"]))
+    assert float(split["timing_s/update_actor"]) == pytest.approx(float(off["timing_s/update_actor"]))
+    assert float(off["timing_s/step"]) < float(split["timing_s/step"])
+    assert rows["placement.kind=split placement.rollout_devices=7"]["error"]

@@ -7,14 +7,18 @@ import sys
 from pathlib import Path
 
 from simtrain import __version__
+from simtrain.cli.rl import is_rl_path
 from simtrain.results.io import check_out_dir, staged_dir, write_atomic
 from simtrain.studies.compare import figure, run_variants, table, to_csv
+from simtrain.studies.rl_compare import rl_csv, rl_table, run_rl_variants
 from simtrain.studies.textable import terminal_width
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.out:
         check_out_dir(args.out, "--out", ("compare.csv", "compare.png"))    # before simulating
+    if is_rl_path(args.scenario):
+        return _compare_rl(args)
     rows = run_variants(args.scenario, args.set)
     print(f"simtrain {__version__} — compare {args.scenario}")
     print(table(rows, terminal_width()))
@@ -24,6 +28,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
             if any(r.result for r in rows):
                 figure(rows, out / "compare.png", f"{Path(args.scenario).name}: pipeline timelines (one representative rank per pipeline stage)")
         print(f"\n  wrote {args.out}/: compare.csv" + (" compare.png" if any(r.result for r in rows) else ""))
+    bad = [r for r in rows if r.error]
+    if bad:
+        print(f"\n  {len(bad)} of {len(rows)} variants are invalid (see their rows)", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _compare_rl(args: argparse.Namespace) -> int:
+    """compare on a `job: rl` file: one row per variant with verl's phases."""
+    rows = run_rl_variants(args.scenario, args.set)
+    print(f"simtrain {__version__} — compare {args.scenario} (RL iterations, steady state)")
+    print(rl_table(rows, terminal_width()))
+    if args.out:
+        with staged_dir(args.out) as out:
+            write_atomic(out / "compare.csv", rl_csv(rows).encode())
+        print(f"\n  wrote {args.out}/: compare.csv")
     bad = [r for r in rows if r.error]
     if bad:
         print(f"\n  {len(bad)} of {len(rows)} variants are invalid (see their rows)", file=sys.stderr)
