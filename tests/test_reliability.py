@@ -508,6 +508,9 @@ def test_bad_counts_on_the_command_line_are_one_line(args, key):
     ("failures: {categories: {faulty_gpu: {rate_per_unit_hour: 2.5, per: gpu}}}",
      "reliability.failures.categories.faulty_gpu.rate_per_unit_hour", "<= 1"),
     ("step_time_cv: 2", "reliability.step_time_cv", "<= 1"),
+    ("failures: {exposure: {days: abc}}", "reliability.failures.exposure.days", "expected a number"),
+    ("failures: {categories: {faulty_gpu: {rate_per_unit_hour: 1e6, per: gpu}}}",      # YAML 1.1 reads 1e6 as a string
+     "reliability.failures.categories.faulty_gpu.rate_per_unit_hour", "1000000.0 is out of range"),
 ])
 def test_out_of_range_reliability_values_are_refused_with_the_range(tmp_path, section, key, rule):
     """A rate scale of 0 divided the MTBF by zero (a traceback); each bound is refused at its key
@@ -517,6 +520,7 @@ def test_out_of_range_reliability_values_are_refused_with_the_range(tmp_path, se
                        capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert key in p.stderr and rule in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr            # one error, not a cascade
 
 
 def test_one_trial_reads_singular_and_claims_no_interval(tmp_path):

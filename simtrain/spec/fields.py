@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Optional
@@ -356,6 +357,10 @@ def validate_tree(raw: Any, section: Section, path: str, errs: Collector) -> Non
 MAX_INT = 2**53
 
 
+# scientific notation that YAML 1.1 leaves as a string: 1e6, 2.5E-3, -4e+2 (not nan, not inf)
+_EXPONENT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d{1,3}$")
+
+
 def parse_value(value: Any, kind: Any, path: str, errs: Collector) -> Any:
     """One value of a kind; a problem is added to `errs` and the result is None."""
     if isinstance(kind, str) and kind.endswith("?"):
@@ -378,6 +383,9 @@ def parse_value(value: Any, kind: Any, path: str, errs: Collector) -> Any:
             return None
         return value
     if kind in ("float", "positive"):
+        if isinstance(value, str) and _EXPONENT.match(value.strip()):
+            # YAML 1.1 reads `1e6` (no dot, no sign in the exponent) as a string; it is a number
+            value = float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             errs.add(path, f"expected a number{' > 0' if kind == 'positive' else ''}, got {short(value, 60)}",
                      f"write e.g. `{'1.5' if kind == 'positive' else '0.8'}`")

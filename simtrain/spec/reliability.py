@@ -352,7 +352,10 @@ def _failures(r: _Reader, tree: dict, root: str):
     p = f"{root}.failures"
     f = r.sub(tree, "failures", FAILURES)
     exp = f.get("exposure") or {}
-    hours = float(exp.get("days", 0)) * 24.0
+    days = r.number({"days": exp.get("days", 0)}, "days", f"{p}.exposure", lo=0.0, hi=36525.0) if isinstance(exp, dict) else None
+    if days is None and isinstance(exp, dict) and "days" in exp:
+        return None             # its error is reported; every count over it would repeat it
+    hours = (days or 0.0) * 24.0
     units = {"gpu": exp.get("gpus"), "host": exp.get("hosts"), "nic": exp.get("nics"), "job": 1}
     dist = r.value({"distribution": f.get("distribution", "exponential")}, "distribution", DISTRIBUTIONS, p)
     # a shape below 0.05 or above 20 puts almost every failure at t = 0 or at one instant: not a
