@@ -548,3 +548,30 @@ def test_failure_rates_say_when_they_are_assumed():
     assert failure_rate_source("h200-sxm-141gb", False)["assumed"] is True
     assert failure_rate_source("mlu590", True) == {"device": "mlu590", "assumed": False,
                                                    "source": "the scenario's reliability.failures section"}
+
+
+def test_monte_carlo_advances_a_progress_bar_by_its_trials(monkeypatch):
+    """A reliability run reports progress in trials: two tasks of 30 trials each make a bar of 60
+    that is advanced by exactly 60 (chunks of trials as they finish)."""
+    from simtrain import progress
+
+    seen = {"total": None, "done": 0}
+
+    class Bar:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n=1):
+            seen["done"] += n
+
+    def fake_bar(total, desc, unit="it"):
+        seen["total"], seen["unit"] = total, unit
+        return Bar()
+
+    monkeypatch.setattr(progress, "bar", fake_bar)
+    p = params(horizon_s=2000.0)
+    run_many([("a", p, 10), ("b", p, 20)], trials=30, seed=3)
+    assert seen == {"total": 60, "done": 60, "unit": "trial"}

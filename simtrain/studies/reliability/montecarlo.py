@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simtrain import progress
 from simtrain.results.io import write_atomic
 from simtrain.studies.reliability.job import BUCKETS, run_trial
 
@@ -78,14 +79,19 @@ def run_many(tasks: Sequence[tuple[str, JobParams, int]], trials: int, seed: int
     done_before = sum(1 for tag in out for r in out[tag] if r is not None)
     if log and done_before:
         log(f"resuming: {done_before} trials read back from {store}")
-    if jobs <= 1 or len(todo) <= 1:
-        for job in todo:
-            keep(*_work(job))
-    else:
-        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
-        with ctx.Pool(min(jobs, len(todo))) as pool:
-            for res in pool.imap_unordered(_work, todo):
+    n_todo = sum(hi - lo for *_, lo, hi in todo)
+    with progress.bar(n_todo, "reliability", "trial") as b:
+        if jobs <= 1 or len(todo) <= 1:
+            for job in todo:
+                res = _work(job)
                 keep(*res)
+                b.update(res[2] - res[1])
+        else:
+            ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
+            with ctx.Pool(min(jobs, len(todo))) as pool:
+                for res in pool.imap_unordered(_work, todo):
+                    keep(*res)
+                    b.update(res[2] - res[1])
     # JSON round trip, so results computed now and results read back from chunks are identical
     return {tag: json.loads(json.dumps(v)) for tag, v in out.items()}
 
