@@ -13,7 +13,7 @@ import math
 from dataclasses import replace
 
 import pytest
-from conftest import ROOT, small_scenario
+from conftest import ROOT, small_scenario, training_scenarios
 
 from simtrain.network.backend import CollectiveChoice, Timing
 from simtrain.network.collectives import Cost
@@ -57,7 +57,7 @@ class FixedBackend:
         return None, None
 
 
-SCENARIOS = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
+SCENARIOS = [p.stem for p in training_scenarios()]
 
 
 @pytest.mark.parametrize("stem", SCENARIOS)

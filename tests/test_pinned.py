@@ -5,7 +5,7 @@ These are regression pins, not derivations: the values are what the simulator co
 that is meant to move a number updates the pin in its own commit and says why.
 """
 import pytest
-from conftest import ROOT, shipped_run
+from conftest import ROOT, shipped_run, training_scenarios
 
 from simtrain.results.step import StepResult
 from simtrain.studies import compare, search
@@ -49,7 +49,7 @@ def sig4(result: StepResult) -> tuple:
 
 
 def test_every_shipped_scenario_is_pinned():
-    assert sorted(SCENARIOS) == sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
+    assert sorted(SCENARIOS) == sorted(p.stem for p in training_scenarios())
 
 
 @pytest.mark.parametrize("stem", sorted(SCENARIOS))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import training_scenarios
 
 from simtrain.errors import ConfigError
 from simtrain.hardware.devices import PROFILE, REPO_PROFILES, load_profile
@@ -21,7 +22,7 @@ from simtrain.spec.loading import SCENARIO, load_scenario
 from simtrain.spec.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+SCENARIOS = training_scenarios()
 PROFILES = sorted(REPO_PROFILES.glob("*.yaml"))
 
 

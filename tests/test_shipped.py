@@ -3,13 +3,13 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, shipped_run
+from conftest import ROOT, shipped_run, training_scenarios
 
 from simtrain.cli.main import main
 from simtrain.hardware.topology import load_topology, shipped_topologies
 from simtrain.spec.loading import load_scenario
 
-SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+SCENARIOS = training_scenarios()
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
