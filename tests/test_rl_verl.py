@@ -134,3 +134,16 @@ def test_shell_arithmetic(expr: str, value: int) -> None:
     text = f"A=10\npython3 -m verl.trainer.main_ppo data.train_batch_size={expr}\n"
     errs = Collector("s.sh")
     assert verl_from_script(text, "s.sh", errs) == {"data": {"train_batch_size": value}}
+
+
+def test_megatron_offload_and_context_parallel() -> None:
+    # key names as in verl's examples/grpo_trainer/run_deepseek671b_math_megatron_96gb.sh
+    p = "actor_rollout_ref.actor.megatron."
+    args = [f"{p}param_offload=True", f"{p}optimizer_offload=False", f"{p}grad_offload=True",
+            f"{p}context_parallel_size=2", "actor_rollout_ref.ref.megatron.param_offload=True"]
+    errs = Collector("m.sh")
+    tree = tree_from_verl(overrides_to_cfg(args), "m.sh", errs)
+    assert errs.problems == []
+    assert tree["actor"]["offload"] == {"params": True, "optimizer": False, "grads": True}
+    assert tree["actor"]["parallel"] == {"cp": 2}
+    assert tree["reference"] == {"offload": {"params": True}}

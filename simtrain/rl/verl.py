@@ -252,6 +252,8 @@ def tree_from_verl(cfg: dict[str, Any], file: str, errs: Collector) -> dict[str,
         tree["actor"] = actor
     ref: dict[str, Any] = {}
     off = take("actor_rollout_ref.ref.fsdp_config.param_offload")
+    if off is None:
+        off = take("actor_rollout_ref.ref.megatron.param_offload")
     if off is not None:
         ref["offload"] = {"params": off}
     par = _megatron(take, "actor_rollout_ref.ref.megatron.")
@@ -283,7 +285,7 @@ def tree_from_verl(cfg: dict[str, Any], file: str, errs: Collector) -> dict[str,
 def _megatron(take: Any, prefix: str) -> dict[str, Any]:
     par: dict[str, Any] = {}
     for name, key in (("tp", "tensor_model_parallel_size"), ("pp", "pipeline_model_parallel_size"),
-                      ("ep", "expert_model_parallel_size")):
+                      ("ep", "expert_model_parallel_size"), ("cp", "context_parallel_size")):
         v = take(prefix + key)
         if v is not None:
             par[name] = v
@@ -315,10 +317,12 @@ def _role(flat: dict[str, Any], take: Any, p: str, errs: Collector, critic: bool
     if par:
         role["parallel"] = par
     off: dict[str, Any] = {}
-    for name, key in (("params", "param_offload"), ("optimizer", "optimizer_offload")):
-        v = take(p + "fsdp_config." + key)
-        if v is not None:
-            off[name] = v
+    for name, key in (("params", "param_offload"), ("optimizer", "optimizer_offload"),
+                      ("grads", "grad_offload")):
+        for section in ("fsdp_config.", "megatron."):
+            v = take(p + section + key)
+            if v is not None:
+                off[name] = v
     if off:
         role["offload"] = off
     return role
