@@ -108,15 +108,3 @@ class FlopCost:
     def memory_time(self, nbytes):
         return 0.0
 
-
-def training_scenarios() -> list[Path]:
-    """Shipped training-step scenarios: every scenarios/*.yaml except RL jobs (`job: rl`), which the
-    RL simulator runs and its own tests check."""
-    import yaml
-
-    out = []
-    for p in sorted((ROOT / "scenarios").glob("*.yaml")):
-        raw = yaml.safe_load(p.read_text())
-        if not (isinstance(raw, dict) and raw.get("job") == "rl"):
-            out.append(p)
-    return out

@@ -6,6 +6,8 @@ there). Every expected value below was read by hand from the script line named n
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from simtrain.errors import Collector
 from simtrain.rl.verl import overrides_to_cfg, tree_from_verl, verl_from_script
 
 DATA = Path(__file__).parent / "data" / "verl"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load(name: str) -> tuple[dict, Collector]:
@@ -147,3 +150,35 @@ def test_megatron_offload_and_context_parallel() -> None:
     assert tree["actor"]["offload"] == {"params": True, "optimizer": False, "grads": True}
     assert tree["actor"]["parallel"] == {"cp": 2}
     assert tree["reference"] == {"offload": {"params": True}}
+
+
+def test_a_job_file_takes_the_rest_from_its_verl_launch_script(tmp_path):
+    """`verl_config:` names verl's own launch script; the job file adds what verl does not say (the
+    device, the response lengths) and wins where both speak. Expected values are read from
+    tests/data/verl/dapo_7b_math_fsdp2_colocate.sh: train_batch_size 512, rollout.n 12, rollout tp
+    2, 2 nodes x 8 GPUs; the job file's placement.iterations 2 and its lognormal mean 1500."""
+    import shutil
+
+    from simtrain.rl.spec import load_rl_job
+
+    shutil.copy(DATA / "dapo_7b_math_fsdp2_colocate.sh", tmp_path / "run.sh")
+    f = tmp_path / "job.yaml"
+    f.write_text("job: rl\nname: j\nverl_config: run.sh\ncluster: {device: h20-96gb, topology: hgx-h20}\n"
+                 "data: {response_length: {kind: lognormal, mean: 1500, sigma: 0.8}}\n"
+                 "placement: {kind: colocated, iterations: 2}\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        job = load_rl_job(f)
+    assert (job.train_batch_size, job.n, job.engine.tp, job.total_devices, job.iterations) == (512, 12, 2, 16, 2)
+    # the script's max_response_length 8192 cuts the lognormal's tail: the clipped mean is a little
+    # below 1500 (P(X > 8192) ~ 1 % at sigma 0.8), and well above it had the script's cap not applied
+    assert job.response_length.hi == 8192
+    assert 1450 < job.response_length.mean() < 1500
+
+
+def test_a_missing_verl_config_is_one_error(tmp_path):
+    f = tmp_path / "job.yaml"
+    f.write_text("job: rl\nname: j\nverl_config: nowhere.sh\ncluster: {device: h20-96gb, topology: hgx-h20}\n")
+    p = subprocess.run([sys.executable, "-m", "simtrain", "run", str(f)], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "verl_config: file 'nowhere.sh' not found beside the job file" in p.stderr

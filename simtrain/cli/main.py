@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from simtrain import __version__, progress
@@ -145,7 +146,14 @@ def add_set_option(p: argparse.ArgumentParser, help: str = SET_HELP) -> None:
         p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help=help)
 
 
+def _show_warning(message: Warning | str, category: type, filename: str, lineno: int, file: object = None,
+                  line: str | None = None) -> None:
+    """A warning as one `warning: ...` line on stderr, without the source line Python would print."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
+    warnings.showwarning = _show_warning
     args = build_parser().parse_args(argv)
     args.command_line = " ".join(["simtrain"] + list(sys.argv[1:] if argv is None else argv))
     # one JSON object on stdout and nothing else drawn: no progress bars under --json

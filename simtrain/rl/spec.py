@@ -252,8 +252,6 @@ def build_rl_job(raw: dict, path: Path, errs: Collector) -> RLJob | None:
     for k in ("cluster", "model", "data", "rollout", "actor"):
         if k not in raw:
             errs.add(k, "missing required section", f"add `{k}:`")
-    if "verl_config" in raw:
-        errs.add("verl_config", "reading a verl config needs simtrain.rl.verl", "write the job's keys in the job file")
     if errs.problems:
         return None
     cluster = dict(raw["cluster"]) if isinstance(raw["cluster"], dict) else {}
@@ -464,6 +462,48 @@ def build_rl_job(raw: dict, path: Path, errs: Collector) -> RLJob | None:
         rollout_topology=whole_topo, device_name=roles["actor"].scenario.cluster.device)
 
 
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def expand_verl(raw: dict, path: Path, errs: Collector) -> dict:
+    """A job file's `verl_config:` (a verl trainer YAML or a launch `.sh`, relative to the job file)
+    or a bare verl config, turned into the `job: rl` tree by simtrain.rl.verl; the keys written in
+    the job file win over the ones read from verl."""
+    from simtrain.rl import verl
+
+    if raw.get("job") != "rl" and "actor_rollout_ref" in raw:       # a verl config handed over as is
+        tree = verl.tree_from_verl(raw, str(path), errs)
+        return {"job": "rl", "name": path.stem, **tree}
+    ref = raw.get("verl_config")
+    if ref is None:
+        return raw
+    if not isinstance(ref, str):
+        errs.add("verl_config", f"expected a path, got {type(ref).__name__}", "give the path of a verl YAML or launch script")
+        return raw
+    f = path.parent / ref
+    if not f.is_file():
+        errs.add("verl_config", f"file {ref!r} not found beside the job file", "give a path relative to the job file")
+        return raw
+    if f.suffix in (".sh", ".bash"):
+        try:
+            text = f.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            errs.add("verl_config", f"cannot read {ref!r}: {e}", "give a readable text file")
+            return raw
+        cfg = verl.verl_from_script(text, str(f), errs)
+    else:
+        cfg = load_yaml(f, errs, "give a verl trainer config (YAML)")
+        if not isinstance(cfg, dict):
+            errs.add("verl_config", f"{ref!r} is not a mapping", "give a verl trainer config (YAML)")
+            return raw
+    tree = verl.tree_from_verl(cfg, str(f), errs)
+    return _deep_merge(tree, {k: v for k, v in raw.items() if k != "verl_config"})
+
+
 def load_rl_job(path: str | Path, overrides: Iterable[str] = ()) -> RLJob:
     """Reads a `job: rl` file with `--set` overrides; raises ConfigError with every problem found."""
     path = Path(path)
@@ -472,6 +512,8 @@ def load_rl_job(path: str | Path, overrides: Iterable[str] = ()) -> RLJob:
     if not isinstance(raw, dict):
         errs.add("", "a job file must be a mapping", "start with `job: rl`")
         errs.raise_if_any()
+    raw = expand_verl(raw, path, errs)
+    errs.raise_if_any()
     raw = apply_overrides(raw, overrides, errs)
     errs.raise_if_any()
     job = build_rl_job(raw, path, errs)
