@@ -19,7 +19,7 @@ from simtrain.rl.iteration import RLRun, simulate_rl
 from simtrain.rl.phases import VERL_ORDER
 from simtrain.rl.spec import RLJob, is_rl_file, load_rl_job
 from simtrain.spec.files import load_yaml
-from simtrain.units import fmt_bytes, fmt_time
+from simtrain.units import fmt_bytes, fmt_time, plural
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -48,7 +48,7 @@ def summary(run: RLRun, wall: float) -> str:
         f"  {j.train_batch_size} prompts x {j.n} responses per iteration; rollout {j.engine_name} tp {j.engine.tp} x "
         f"{j.engine.dp} replicas on {j.rollout_devices} devices; actor {j.roles['actor'].strategy} "
         f"tp {j.roles['actor'].scenario.parallel.tp} dp {j.roles['actor'].scenario.parallel.dp}",
-        f"  {len(r.iterations)} iterations simulated; steady-state means"
+        f"  {plural(len(r.iterations), 'iteration')} simulated; steady-state means"
         + (" (first iteration left out)" if len(r.iterations) > 1 else ""),
         "",
         f"  step time          {fmt_time(step)}",
