@@ -149,3 +149,25 @@ def test_reward_model_and_critic_roles():
     assert job.roles["reward_model"].scenario.model.hidden_size == 1536
     assert job.roles["critic"].scenario.model.hidden_size == job.roles["actor"].scenario.model.hidden_size
     assert job.has_critic and not job.needs_ref
+
+
+def test_every_shipped_rl_job_loads():
+    """Each shipped `job: rl` scenario passes the job-file checks (the RL counterpart of the
+    training scenarios' load test); run times are in benchmarks/rl_speed.py."""
+    import yaml
+
+    from simtrain.rl.spec import is_rl_file, load_rl_job
+    root = Path(__file__).resolve().parents[1]
+    jobs = [p for p in sorted((root / "scenarios").glob("*.yaml")) if is_rl_file(yaml.safe_load(p.read_text()))]
+    jobs += sorted((root / "validation" / "data" / "rl" / "jobs").glob("*.yaml"))
+    assert len(jobs) >= 6
+    # verl's 4 + 12 split puts 2 rollout and 6 training GPUs on each node; a pool of simtrain's is
+    # whole nodes, so these two published cases cannot be expressed yet (the validation reports them)
+    partial_nodes = {"verl_onestep_7b_fsdp2_split_4_12", "verl_onestep_7b_megatron_split_4_12"}
+    for p in jobs:
+        if p.stem in partial_nodes:
+            with pytest.raises(ConfigError, match="not whole nodes"):
+                load_rl_job(p)
+            continue
+        job = load_rl_job(p)
+        assert job.total_devices >= job.engine.tp, p

@@ -376,8 +376,11 @@ def build_rl_job(raw: dict, path: Path, errs: Collector) -> RLJob | None:
                  f"the rollout pool's {rdev} devices are not a multiple of rollout.tp {engine.tp}",
                  "make the pool a multiple of the engine's tp")
         return None
-    if engine.tp > gpn:
-        errs.add("rollout.tp", f"{engine.tp} spans more than a node of {gpn} devices", f"give at most {gpn}")
+    if engine.tp > gpn and engine.tp % gpn:
+        # a replica larger than a node takes whole nodes (its tp collectives then cross the
+        # scale-out fabric, which the engine's cost prices from the topology)
+        errs.add("rollout.tp", f"{engine.tp} spans more than a node of {gpn} devices but not whole nodes",
+                 f"give at most {gpn} or a multiple of {gpn}")
         return None
     engine = dataclasses.replace(engine, dp=rdev // engine.tp)
 
