@@ -11,6 +11,6 @@ setup(
     package_data={
         "simtrain": ["data/*.yaml", "data/**/*.yaml"],
         "simtrain._topologies": ["*.yaml"],
-        "simtrain._validation": ["*/*.csv", "*/*.yaml", "*/LICENSE", "*/README.md"],
+        "simtrain._validation": ["*/*.csv", "*/*.yaml", "*/*/*.yaml", "*/LICENSE", "*/README.md"],
     },
 )
