@@ -28,6 +28,7 @@ from pathlib import Path
 
 from simtrain.errors import Collector, ConfigError
 from simtrain.hardware.topology import Topology, find_topology_file, load_topology
+from simtrain.rl import verl
 from simtrain.rl.lengths import LengthSpec, parse_length_spec
 from simtrain.rollout.engine import EngineConfig
 from simtrain.spec.files import load_yaml
@@ -476,8 +477,6 @@ def expand_verl(raw: dict, path: Path, errs: Collector) -> dict:
     """A job file's `verl_config:` (a verl trainer YAML or a launch `.sh`, relative to the job file)
     or a bare verl config, turned into the `job: rl` tree by simtrain.rl.verl; the keys written in
     the job file win over the ones read from verl."""
-    from simtrain.rl import verl
-
     if raw.get("job") != "rl" and "actor_rollout_ref" in raw:       # a verl config handed over as is
         tree = verl.tree_from_verl(raw, str(path), errs)
         return {"job": "rl", "name": path.stem, **tree}

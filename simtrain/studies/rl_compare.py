@@ -51,6 +51,8 @@ def _phases(rows: list[RLRow]) -> list[str]:
 
 
 def rl_table(rows: list[RLRow], width: int | None = None) -> str:
+    """One row per variant; a phase that takes no time in a variant (fully_async's gen: the trainer
+    never waits for data) reads "-"."""
     phases = _phases(rows)
     cols = ([Column("variant", key=True), Column("step", ">", drop=9), Column("tokens/s/dev", ">", drop=8)]
             + [Column(p, ">", drop=7 - min(i, 6)) for i, p in enumerate(phases)] + [Column("peak mem", ">", drop=0)])
@@ -62,7 +64,8 @@ def rl_table(rows: list[RLRow], width: int | None = None) -> str:
         m = r.metrics
         peak = max(m.get("memory", {}).values(), default=0.0)
         out.append([r.label, fmt_time(m["timing_s/step"]), f"{m['perf/throughput']:,.0f}"]
-                   + [fmt_time(m[f"timing_s/{p}"]) for p in phases] + [f"{peak / GiB:.1f} GiB"])
+                   + [fmt_time(m[f"timing_s/{p}"]) if m[f"timing_s/{p}"] > 0 else "-" for p in phases]
+                   + [f"{peak / GiB:.1f} GiB"])
     return "\n".join(render(cols, out, width))
 
 
