@@ -123,7 +123,7 @@ def test_out_dir_files(tmp_path, fast_topology):
     out = tmp_path / "out"
     assert main(["run", str(p), "--out", str(out)]) == 0
     names = sorted(x.name for x in out.iterdir())
-    assert names == ["result.json", "run_info.json", "scenario.resolved.yaml", "timeline.png", "trace.json"]
+    assert names == ["report.html", "result.json", "run_info.json", "scenario.resolved.yaml", "timeline.png", "trace.json"]
     trace = json.loads((out / "trace.json").read_text())
     phases = {e["ph"] for e in trace["traceEvents"]}
     assert {"X", "M", "s", "f"} <= phases          # slices, names, and pipeline flow arrows

@@ -157,7 +157,7 @@ def test_out_dir_files(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "timing" not in out.stdout and "gen" in out.stdout and "% of step" in out.stdout
     names = sorted(p.name for p in (tmp_path / "o").iterdir())
-    assert names == sorted(["result.json", "scenario.resolved.yaml", "trace.json", "timeline.png", "run_info.json"])
+    assert names == sorted(["result.json", "scenario.resolved.yaml", "trace.json", "timeline.png", "run_info.json", "report.html"])
     tr = json.loads((tmp_path / "o" / "trace.json").read_text())
     assert {e["name"] for e in tr["traceEvents"] if e["ph"] == "X"} >= {"gen", "update_actor", "update_weights"}
 

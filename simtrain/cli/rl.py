@@ -15,6 +15,7 @@ from simtrain import __version__
 from simtrain.errors import Collector
 from simtrain.results.figures import plain, save_figure
 from simtrain.results.io import check_out_dir, staged_dir, to_json, write_atomic
+from simtrain.results.report import write_report
 from simtrain.rl.iteration import RLRun, simulate_rl
 from simtrain.rl.phases import VERL_ORDER
 from simtrain.rl.spec import RLJob, is_rl_file, load_rl_job
@@ -24,7 +25,7 @@ from simtrain.units import fmt_bytes, fmt_time, plural
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-OUT_FILES = ("result.json", "scenario.resolved.yaml", "trace.json", "timeline.png", "run_info.json")
+OUT_FILES = ("result.json", "scenario.resolved.yaml", "trace.json", "timeline.png", "run_info.json", "report.html")
 PHASE_COLORS = {"gen": "#4C78A8", "reward": "#EECA3B", "old_log_prob": "#72B7B2", "ref": "#9D755D", "values": "#FF9DA6",
                 "adv": "#BAB0AC", "update_critic": "#E45756", "update_actor": "#54A24B", "update_weights": "#F58518"}
 
@@ -121,6 +122,8 @@ def _write_out(out: Path, args: argparse.Namespace, run: RLRun, wall: float) -> 
         "simtrain_version": __version__, "python": platform.python_version(), "sim_wall_s": wall,
         "scenario_file": str(args.scenario), "overrides": list(args.set or ()),
     }).encode())
+    write_report(out, "rl", f"{r.name}: RL step {fmt_time(r.timing['step'])}",
+                 [("job file", str(args.scenario)), ("overrides", " ".join(args.set or ()) or "none")])
 
 
 def load(args: argparse.Namespace) -> RLJob:

@@ -14,6 +14,7 @@ from simtrain.cli.rl import cmd_run_rl, is_rl_path
 from simtrain.hardware.topology import Topology
 from simtrain.results.figures import timeline_png
 from simtrain.results.io import check_out_dir, staged_dir, to_json, write_atomic
+from simtrain.results.report import write_report
 from simtrain.results.step import StepResult
 from simtrain.results.trace import chrome_trace
 from simtrain.simulate import simulate
@@ -86,7 +87,7 @@ def summary(r: StepResult, wall: float, sc: Scenario) -> str:
     return "\n".join(lines)
 
 
-OUT_FILES = ("result.json", "scenario.resolved.yaml", "trace.json", "timeline.png", "run_info.json")
+OUT_FILES = ("result.json", "scenario.resolved.yaml", "trace.json", "timeline.png", "run_info.json", "report.html")
 
 
 def _write_out(out: Path, args: argparse.Namespace, sc: Scenario, topo: Topology, run) -> None:
@@ -101,6 +102,8 @@ def _write_out(out: Path, args: argparse.Namespace, sc: Scenario, topo: Topology
         "simtrain_version": __version__, "python": platform.python_version(),
         "sim_wall_s": run.wall_s, "scenario_file": str(args.scenario), "overrides": list(args.set or ()),
     }).encode())
+    write_report(out, "run", f"{sc.name}: {what} {fmt_time(r.step_time_s)}",
+                 [("scenario file", str(args.scenario)), ("overrides", " ".join(args.set or ()) or "none")])
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 from simtrain import __version__
 from simtrain.cli.rl import is_rl_path
 from simtrain.results.io import check_out_dir, staged_dir, write_atomic
+from simtrain.results.report import write_report
 from simtrain.studies.compare import figure, run_variants, table, to_csv
 from simtrain.studies.rl_compare import rl_csv, rl_table, run_rl_variants
 from simtrain.studies.textable import terminal_width
@@ -16,7 +17,7 @@ from simtrain.studies.textable import terminal_width
 
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.out:
-        check_out_dir(args.out, "--out", ("compare.csv", "compare.png"))    # before simulating
+        check_out_dir(args.out, "--out", ("compare.csv", "compare.png", "report.html"))    # before simulating
     if is_rl_path(args.scenario):
         return _compare_rl(args)
     rows = run_variants(args.scenario, args.set)
@@ -27,7 +28,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             write_atomic(out / "compare.csv", to_csv(rows).encode())
             if any(r.result for r in rows):
                 figure(rows, out / "compare.png", f"{Path(args.scenario).name}: pipeline timelines (one representative rank per pipeline stage)")
-        print(f"\n  wrote {args.out}/: compare.csv" + (" compare.png" if any(r.result for r in rows) else ""))
+            write_report(out, "compare", f"compare {Path(args.scenario).name}", _facts(args))
+        print(f"\n  wrote {args.out}/: compare.csv" + (" compare.png" if any(r.result for r in rows) else "") + " report.html")
     bad = [r for r in rows if r.error]
     if bad:
         print(f"\n  {len(bad)} of {len(rows)} variants are invalid (see their rows)", file=sys.stderr)
@@ -43,9 +45,15 @@ def _compare_rl(args: argparse.Namespace) -> int:
     if args.out:
         with staged_dir(args.out) as out:
             write_atomic(out / "compare.csv", rl_csv(rows).encode())
-        print(f"\n  wrote {args.out}/: compare.csv")
+            write_report(out, "compare", f"compare {Path(args.scenario).name} (RL iterations, steady state)", _facts(args))
+        print(f"\n  wrote {args.out}/: compare.csv report.html")
     bad = [r for r in rows if r.error]
     if bad:
         print(f"\n  {len(bad)} of {len(rows)} variants are invalid (see their rows)", file=sys.stderr)
         return 2
     return 0
+
+
+def _facts(args: argparse.Namespace) -> list:
+    """The lines report.html shows under its title: the scenario file and the --set arguments."""
+    return [("scenario file", str(args.scenario)), ("--set", " ".join(args.set or ()) or "none")]

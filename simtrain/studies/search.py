@@ -46,6 +46,7 @@ from simtrain.network.collectives import Cost, choose
 from simtrain.results.figures import plain, save_figure
 from simtrain.results.io import check_out_dir, staged_dir, write_atomic
 from simtrain.results.memory import capacity_of, memory_fit, rank_static
+from simtrain.results.report import write_report
 from simtrain.results.step import StepResult
 from simtrain.schedules import SCHEDULES, Schedule, schedule_for
 from simtrain.spec.files import TreeError, load_yaml, parse_yaml
@@ -653,7 +654,7 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError([Problem("--zero", "", f"ZeRO stages are 0..3, got {args.zero!r}", "write e.g. `--zero 0,1,2`")])
     scheds = tuple(s.strip() for s in args.schedules.split(",")) if args.schedules else DEFAULT_SCHEDULES
     if args.out:
-        check_out_dir(args.out, "--out", ("best.yaml", "search.csv", "search.png"))    # before searching
+        check_out_dir(args.out, "--out", ("best.yaml", "search.csv", "search.png", "report.html"))    # before searching
     margin = getattr(args, "memory_margin", MEMORY_MARGIN)
     check_margin(margin)
     res = search(path, args.objective, (args.set or []) + (args.fix or []), args.max_candidates, nodes, scheds, args.max_mb, zero,
@@ -679,5 +680,9 @@ def main(args: argparse.Namespace) -> int:
             write_atomic(tmp / "search.csv", to_csv(res).encode())
             figure(res, tmp / "search.png", f"{path.name}: {res.simulated} simulated plans (best {fmt_time(best.result.step_time_s)})"
                    if best.result else path.name)
-        print(f"\n  wrote {out}/: best.yaml (run it: simtrain run {out}/best.yaml) search.csv search.png")
+            write_report(tmp, "search", f"search {path.name} (objective {res.objective})", [
+                ("scenario file", str(path)), ("plans", f"{res.enumerated} enumerated, {res.invalid} rejected by the scenario "
+                 f"checks, {res.memory_pruned} pruned by the memory lower bound, {res.estimated} estimated, {res.simulated} simulated"),
+                ("why", why_best(res) if best.result is not None else "no plan was simulated")])
+        print(f"\n  wrote {out}/: best.yaml (run it: simtrain run {out}/best.yaml) search.csv search.png report.html")
     return 0
