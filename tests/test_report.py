@@ -212,3 +212,18 @@ def test_csv_error_rows_are_shaded_and_escaped(tmp_path):
 def test_unknown_kind_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="unknown report kind"):
         build_report(tmp_path, "sweep", "x")
+
+
+def test_rl_compare_report_equals_compare_csv(tmp_path):
+    """compare on a job file: the page's table is compare.csv (verl's metric names as columns); an
+    invalid variant's row is shaded; RL compare draws no figure, so the page embeds none."""
+    f = tmp_path / "job.yaml"
+    f.write_text(yaml.safe_dump(BASE))
+    out = tmp_path / "cmp"
+    assert main(["compare", str(f), "--set", "placement.kind+placement.rollout_devices=split+8,split+7",
+                 "--out", str(out)]) == 2                      # split+7 does not load: exit 2, its row says why
+    raw, p = _page(out / "report.html")
+    rows = _csv_rows(out / "compare.csv")
+    _check_csv_table(rows, p.tables["compare"])
+    assert raw.count('<tr class="bad">') == 1
+    _self_contained(p, raw, {})
