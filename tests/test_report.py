@@ -227,3 +227,34 @@ def test_rl_compare_report_equals_compare_csv(tmp_path):
     _check_csv_table(rows, p.tables["compare"])
     assert raw.count('<tr class="bad">') == 1
     _self_contained(p, raw, {})
+
+
+def test_csv_cells_shown_by_their_column_unit(tmp_path):
+    """Seconds by units.fmt_time (0.25 s -> 250.00 ms), a rate is no time (tokens_per_s), bytes by
+    units.fmt_bytes (2^31 B -> 2.00 GiB), fractions as % (0.5 -> 50.0 %); the exact text stays in data-value."""
+    f = tmp_path / "search.csv"
+    f.write_text("step_time_s,tokens_per_s,peak_memory_bytes,mfu,tp\n0.25,4572017.375,2147483648.0,0.5,8\n")
+    rows = Page(csv_table(f, "search")).tables["search"]
+    assert rows[1] == [("0.25", "250.00 ms"), ("4572017.375", "4,572,017"), ("2147483648.0", "2.00 GiB"),
+                       ("0.5", "50.0 %"), ("8", "8")]
+
+
+def test_run_report_shows_the_optional_sections(tmp_path, fast_topology):
+    """MoE, context-parallel and straggler numbers, when result.json has those sections, are rows of
+    the summary with their JSON values (the sections here are written into a real run's result.json)."""
+    path = small_scenario(tmp_path, fast_topology)
+    out = tmp_path / "o"
+    assert main(["run", str(path), "--out", str(out)]) == 0
+    r = json.loads((out / "result.json").read_text())
+    assert "moe" not in r and "stragglers" not in r
+    r["moe"] = {"num_experts": 8, "top_k": 2, "ep": 4, "routing": "balanced", "imbalance_max": 1.25, "dropped_fraction_mean": 0.03}
+    r["context_parallel"] = {"cp": 2, "cp_kind": "ring", "tokens_per_rank": 64.0}
+    r["stragglers"] = {"count": 1, "step_time_without_s": 0.001, "slowdown": 1.5}
+    (out / "result.json").write_text(json.dumps(r))
+    summ = _by_label(Page(build_report(out, "run", "x")).tables["summary"])
+    assert summ["experts"][0][1] == "8 (top-2) over ep 4, routing balanced"
+    assert summ["busiest ep rank (x the mean)"][0] == ("1.25", "1.25")
+    assert summ["assignments dropped"][0] == ("0.03", "3.0 %")
+    assert summ["tokens per cp rank"][0] == ("64.0", "64")
+    assert summ["step time without stragglers"][0] == ("0.001", "1.00 ms")
+    assert summ["slowdown by stragglers"][0] == ("1.5", "1.500")

@@ -20,6 +20,7 @@ import csv
 import html
 import io
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -165,6 +166,15 @@ def run_sections(out: Path) -> list:
         ("peak memory", b(r["peak_memory_bytes"])), ("usable memory (capacity - reserve)", b(r["usable_memory_bytes"])),
         ("memory capacity", b(r["memory_capacity_bytes"])), ("fits in memory", fits),
     ]
+    if (m := r.get("moe")) is not None:
+        rows += [("experts", f"{m['num_experts']} (top-{m['top_k']}) over ep {m['ep']}, routing {m['routing']}"),
+                 ("busiest ep rank (x the mean)", n(m["imbalance_max"], ".2f")),
+                 ("assignments dropped", pct(m["dropped_fraction_mean"]))]
+    if (c := r.get("context_parallel")) is not None:
+        rows += [("context parallel", f"cp {c['cp']} ({c['cp_kind']})"), ("tokens per cp rank", n(c["tokens_per_rank"]))]
+    if (st := r.get("stragglers")) is not None:
+        rows += [("straggler devices", n(st["count"])), ("step time without stragglers", t(st["step_time_without_s"])),
+                 ("slowdown by stragglers", n(st["slowdown"], ".3f"))]
     if r.get("forward_only"):
         rows.insert(4, ("forward only", "one forward pass over the batch: no backward, gradient reduction or optimizer step"))
     bd = r["breakdown"]
@@ -215,20 +225,23 @@ def rl_sections(out: Path) -> list:
 
 def _csv_cell(col: str, text: str) -> Cell | str:
     """A CSV value as a cell: numbers keep the CSV text as their exact value and show it rounded
-    by their column's unit (name ending _s: time, _bytes: bytes, _gib: GiB, fraction: %)."""
+    by their column's unit (name ending _s: time, but _per_s is a rate; _bytes: bytes; _gib: GiB;
+    a fraction or ratio: %); other numbers as written when whole, else to 4 significant digits."""
     try:
         v = float(text)
     except ValueError:
         return text
     if col in ("mfu", "bubble_fraction") or col.endswith(("ratio", "_fraction")):
         return Cell(f"{100 * v:.1f} %", text)
-    if col.endswith("_s") or col.startswith("timing_s/"):
+    if (col.endswith("_s") and not col.endswith("_per_s")) or col.startswith("timing_s/"):
         return Cell(fmt_time(v), text)
     if col.endswith("_bytes"):
         return Cell(fmt_bytes(v), text)
     if col.endswith("_gib"):
         return Cell(f"{v:,.2f}", text)
-    return Cell(text, text)
+    if v.is_integer() or not math.isfinite(v):
+        return Cell(text, text)
+    return Cell(f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}", text)
 
 
 def csv_table(path: Path, cls: str) -> str:
