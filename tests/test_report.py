@@ -241,7 +241,8 @@ def test_csv_cells_shown_by_their_column_unit(tmp_path):
 
 def test_run_report_shows_the_optional_sections(tmp_path, fast_topology):
     """MoE, context-parallel and straggler numbers, when result.json has those sections, are rows of
-    the summary with their JSON values (the sections here are written into a real run's result.json)."""
+    the summary with their JSON values, and a plan that does not fit says by how much (the values
+    here are written into a real run's result.json)."""
     path = small_scenario(tmp_path, fast_topology)
     out = tmp_path / "o"
     assert main(["run", str(path), "--out", str(out)]) == 0
@@ -250,6 +251,7 @@ def test_run_report_shows_the_optional_sections(tmp_path, fast_topology):
     r["moe"] = {"num_experts": 8, "top_k": 2, "ep": 4, "routing": "balanced", "imbalance_max": 1.25, "dropped_fraction_mean": 0.03}
     r["context_parallel"] = {"cp": 2, "cp_kind": "ring", "tokens_per_rank": 64.0}
     r["stragglers"] = {"count": 1, "step_time_without_s": 0.001, "slowdown": 1.5}
+    r["fits_in_memory"], r["memory_shortfall_bytes"] = False, 2.0**30
     (out / "result.json").write_text(json.dumps(r))
     summ = _by_label(Page(build_report(out, "run", "x")).tables["summary"])
     assert summ["experts"][0][1] == "8 (top-2) over ep 4, routing balanced"
@@ -258,3 +260,4 @@ def test_run_report_shows_the_optional_sections(tmp_path, fast_topology):
     assert summ["tokens per cp rank"][0] == ("64.0", "64")
     assert summ["step time without stragglers"][0] == ("0.001", "1.00 ms")
     assert summ["slowdown by stragglers"][0] == ("1.5", "1.500")
+    assert summ["fits in memory"][0] == (None, "NO (1.00 GiB short)")
