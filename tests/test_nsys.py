@@ -276,15 +276,18 @@ def test_a_directory_named_sqlite_is_refused(tmp_path):
 
 
 def test_mlu_kernels_of_a_torch_mlu_trace_are_device_time(tmp_path):
-    """torch_mlu's profiler writes Kineto-format Chrome traces with the device work under `mlu_*`
-    categories (`mlu_kernel`, `mlu_memcpy`) and its runtime calls under `mlu_runtime`: a hand-built
-    trace of aten::mm (ext 1) with a 40 us cnnl kernel and a 5 us memcpy counts 45 us, the
-    runtime call (3 us) nothing."""
+    """torch_mlu's profiler writes Kineto Chrome traces (Cambricon/torch_mlu
+    test/profiler/test_profiler.py): MLU kernels under the category `kernel`, copies under
+    `mlu_memcpy`, runtime calls (`cnInvokeKernel`) under `mlu_runtime`, and annotations under
+    `mlu_user_annotation` / `mlu_notifier` (its Kineto's ActivityType names). A hand-built trace
+    of aten::mm (ext 1) with a 40 us kernel and a 5 us copy counts 45 us; the 3 us runtime call,
+    the 60 us device-side annotation and the notifier count nothing."""
+    def x(cat, name, pid, ts, dur):
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": 1, "ts": ts, "dur": dur, "args": {"External id": 1}}
     ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 30,
            "args": {"External id": 1, "Input Dims": [[1024, 1024], [1024, 1024]], "Input type": ["c10::Half", "c10::Half"]}},
-          {"ph": "X", "cat": "mlu_runtime", "name": "cnInvokeKernel", "pid": 1, "tid": 1, "ts": 5, "dur": 3, "args": {"External id": 1}},
-          {"ph": "X", "cat": "mlu_kernel", "name": "cnnlMatMul_MLU590", "pid": 2, "tid": 0, "ts": 40, "dur": 40, "args": {"External id": 1}},
-          {"ph": "X", "cat": "mlu_memcpy", "name": "Memcpy DtoD", "pid": 2, "tid": 0, "ts": 81, "dur": 5, "args": {"External id": 1}}]
+          x("mlu_runtime", "cnInvokeKernel", 1, 5, 3), x("kernel", "void MLUUnion1KernelMatMul<half>()", 0, 40, 40),
+          x("mlu_memcpy", "Memcpy DtoD", 0, 81, 5), x("mlu_user_annotation", "step", 0, 30, 60), x("mlu_notifier", "notifier", 0, 90, 1)]
     f = tmp_path / "mlu.json"
     f.write_text(json.dumps({"traceEvents": ev, "deviceProperties": [{"id": 0, "name": "MLU590"}]}))
     (o,) = operator_times(f)
