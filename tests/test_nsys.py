@@ -280,15 +280,17 @@ def test_mlu_kernels_of_a_torch_mlu_trace_are_device_time(tmp_path):
     test/profiler/test_profiler.py): MLU kernels under the category `kernel`, copies under
     `mlu_memcpy`, runtime calls (`cnInvokeKernel`) under `mlu_runtime`, and annotations under
     `mlu_user_annotation` / `mlu_notifier` (its Kineto's ActivityType names). A hand-built trace
-    of aten::mm (ext 1) with a 40 us kernel and a 5 us copy counts 45 us; the 3 us runtime call,
-    the 60 us device-side annotation and the notifier count nothing."""
+    of aten::mm (ext 1) with a 40 us kernel and a 5 us copy counts 45 us, plus 10 us of a kernel
+    under Kineto's PrivateUse1 name (`privateuse1_kernel`) = 55 us; the 3 us runtime call, the
+    60 us device-side annotation and the notifier count nothing."""
     def x(cat, name, pid, ts, dur):
         return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": 1, "ts": ts, "dur": dur, "args": {"External id": 1}}
     ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 30,
            "args": {"External id": 1, "Input Dims": [[1024, 1024], [1024, 1024]], "Input type": ["c10::Half", "c10::Half"]}},
           x("mlu_runtime", "cnInvokeKernel", 1, 5, 3), x("kernel", "void MLUUnion1KernelMatMul<half>()", 0, 40, 40),
-          x("mlu_memcpy", "Memcpy DtoD", 0, 81, 5), x("mlu_user_annotation", "step", 0, 30, 60), x("mlu_notifier", "notifier", 0, 90, 1)]
+          x("mlu_memcpy", "Memcpy DtoD", 0, 81, 5), x("mlu_user_annotation", "step", 0, 30, 60), x("mlu_notifier", "notifier", 0, 90, 1),
+          x("privateuse1_kernel", "void MLUBlockKernelAdd<half>()", 0, 100, 10), x("privateuse1_runtime", "cnInvokeKernel", 1, 12, 2)]
     f = tmp_path / "mlu.json"
     f.write_text(json.dumps({"traceEvents": ev, "deviceProperties": [{"id": 0, "name": "MLU590"}]}))
     (o,) = operator_times(f)
-    assert (o.operator, o.on_device, o.dtype) == ("gemm", True, "c10::Half") and o.seconds == pytest.approx(45e-6)
+    assert (o.operator, o.on_device, o.dtype) == ("gemm", True, "c10::Half") and o.seconds == pytest.approx(55e-6)

@@ -33,8 +33,10 @@ OPERATORS = (
 _COMPILED = tuple((name, re.compile(rx + r"$")) for name, rx in OPERATORS)
 # Device work. torch_mlu's Kineto (its ActivityType names: `kernel` for MLU kernels, `mlu_memcpy`,
 # `mlu_memset`; `mlu_runtime`, `mlu_user_annotation`, `mlu_profiler_range` and `mlu_notifier` are
-# host calls or annotations, not device time); `mlu_kernel` as older MLU traces name kernels.
-DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "mlu_memcpy", "mlu_memset", "mlu_kernel")
+# host calls or annotations, not device time); `mlu_kernel` as older MLU traces name kernels;
+# Kineto's PrivateUse1 names (`privateuse1_kernel`, ..._memcpy, ..._memset) for an out-of-tree backend.
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "mlu_memcpy", "mlu_memset", "mlu_kernel",
+                     "privateuse1_kernel", "privateuse1_memcpy", "privateuse1_memset")
 
 
 def is_device_event(cat: str) -> bool:

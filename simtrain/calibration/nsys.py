@@ -253,7 +253,7 @@ def _read(con: sqlite3.Connection, errs: Collector) -> Profile:
         for col in need:
             if col not in cols[t]:
                 errs.add(f"{t}.{col}", "missing column", FIX)
-    if KERNEL in cols and not {"shortName", "demangledName"} & cols[KERNEL]:
+    if KERNEL in cols and not {"shortName", "demangledName", "name"} & cols[KERNEL]:
         errs.add(f"{KERNEL}.shortName", "missing column (neither shortName nor demangledName names the kernels)", FIX)
     has_nvtx = NVTX in tables
     if has_nvtx:
@@ -266,7 +266,7 @@ def _read(con: sqlite3.Connection, errs: Collector) -> Profile:
     errs.raise_if_any()
     c = Checker(errs, FIX)
     strings = {i: v for _, i, v in _rows(con, STRINGS, ("id", "value"), errs) if isinstance(v, str)}
-    name_cols = [x for x in ("shortName", "demangledName") if x in cols[KERNEL]]
+    name_cols = [x for x in ("shortName", "demangledName", "name") if x in cols[KERNEL]]     # `name`: older exports
     grid_cols = [x for x in ("gridX", "gridY", "gridZ") if x in cols[KERNEL]]
     krows = _rows(con, KERNEL, ["start", "end", "deviceId", "streamId", "correlationId"] + name_cols + grid_cols, errs)
     if not krows:
@@ -292,7 +292,7 @@ def _read(con: sqlite3.Connection, errs: Collector) -> Profile:
         if not ok:
             c.add(f"{KERNEL}[rowid={rid}]", "deviceId, streamId and correlationId must be whole numbers")
             continue
-        demangled = names[-1] or name
+        demangled = next((n for n in names[1:] if n), name)
         m = NCCL_KERNEL.match(name) or NCCL_KERNEL.match(demangled)
         kernels.append(dict(row=rid, name=name, demangled=demangled, start_ns=iv[0], end_ns=iv[1], device=dev, stream=stream,
                             correlation=corr, grid=tuple(r[6 + len(name_cols):]), collective=NCCL_COLLECTIVE[m.group(1)] if m else None))
