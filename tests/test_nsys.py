@@ -44,7 +44,8 @@ MSG = 32 * 2**20
 
 def build(path: Path, second_rank: bool = False) -> Path:
     """The report above; `second_rank` adds pid 200 on device 1 running the same all-reduce in
-    400 us, its size in NVTX jsonText."""
+    400 us, its size in NVTX jsonText, under correlation id 7, which pid 100 uses too (CUPTI's
+    ids are per process): each kernel joins its own process's launch."""
     db = sqlite3.connect(path)
     db.executescript("""
         CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
@@ -68,11 +69,12 @@ def build(path: Path, second_rank: bool = False) -> Path:
 
     corr = [0]
 
-    def kernel(la, lb, ka, kb, short_id, stream=7, tid=T, device=0):
+    def kernel(la, lb, ka, kb, short_id, stream=7, tid=T, device=0, corr_id=None):
         corr[0] += 1
-        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 1, ?, ?, 9, 0)", (la * US, lb * US, tid, corr[0]))
-        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, 1, ?, ?, 100, ?, ?, 132, 1, 1)",
-                   (ka * US, kb * US, device, stream, corr[0], short_id + 1, short_id))
+        cid = corr_id or corr[0]
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 1, ?, ?, 9, 0)", (la * US, lb * US, tid, cid))
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, 132, 1, 1)",
+                   (ka * US, kb * US, device, stream, cid, tid // 0x1000000 * 0x1000000, short_id + 1, short_id))
 
     db.execute("INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid) VALUES (0, 75, 'NCCL', ?)", (T,))   # a domain: no range
     rng(0, 3000, "forward")
@@ -98,7 +100,7 @@ def build(path: Path, second_rank: bool = False) -> Path:
     if second_rank:
         p = 200 * 0x1000000 + 200
         rng(5900, 5950, "ncclAllReduce", tid=p, js=json.dumps({"NCCL communicator ID": 7, "Message size [bytes]": MSG}))
-        kernel(5910, 5920, 5930, 6330, 7, stream=13, tid=p, device=1)
+        kernel(5911, 5921, 5930, 6330, 7, stream=13, tid=p, device=1, corr_id=7)
     db.commit()
     db.close()
     return path
@@ -294,3 +296,13 @@ def test_mlu_kernels_of_a_torch_mlu_trace_are_device_time(tmp_path):
     f.write_text(json.dumps({"traceEvents": ev, "deviceProperties": [{"id": 0, "name": "MLU590"}]}))
     (o,) = operator_times(f)
     assert (o.operator, o.on_device, o.dtype) == ("gemm", True, "c10::Half") and o.seconds == pytest.approx(55e-6)
+
+
+def test_correlation_ids_are_joined_within_their_process(tmp_path):
+    """pid 100 and pid 200 both launch a kernel under correlation id 7: pid 200's kernel (device 1)
+    joins its own launch at 5911 us on its own thread, pid 100's the one at 5910 us."""
+    prof = nsys.read(build(tmp_path / "two.sqlite", second_rank=True))
+    k7 = [k for k in prof.kernels if k.correlation == 7]
+    assert [(k.device, k.process, k.thread, k.launch_ns) for k in k7] == [
+        (0, 100, T, 5910 * US), (1, 200, 200 * 0x1000000 + 200, 5911 * US)]
+    assert [c.bytes for c in prof.collectives] == [MSG, MSG]

@@ -9,7 +9,9 @@ are created lazily, so a report without NVTX has no NVTX_EVENTS; times are integ
   CUPTI_ACTIVITY_KIND_KERNEL   start, end, deviceId, streamId, correlationId, shortName /
                                demangledName (ids into StringIds), gridX/Y/Z when present
   CUPTI_ACTIVITY_KIND_RUNTIME  start, end, globalTid, correlationId (the launch call of the
-                               kernel of the same correlationId)
+                               kernel of the same correlationId in the same process: CUPTI's
+                               correlation ids are per process, so a report of several ranks
+                               joins on (process of globalPid / globalTid, correlationId))
   NVTX_EVENTS                  start, end, eventType (59 push/pop range, 60 start/end range),
                                text or textId (-> StringIds), globalTid, payload columns
                                uint64Value / int64Value / uint32Value / int32Value, jsonText
@@ -99,7 +101,8 @@ class Kernel:
     end_ns: int
     device: int
     stream: int
-    correlation: int
+    correlation: int | None
+    process: int | None      # pid of the kernel's process (globalPid), None when not recorded
     grid: tuple              # (gridX, gridY, gridZ), () when not recorded
     launch_ns: int | None    # its runtime launch call (None: no launch recorded)
     thread: int | None       # globalTid of the launching thread
@@ -197,11 +200,12 @@ def _columns(con: sqlite3.Connection, table: str) -> set:
     return {r[1] for r in con.execute(f'PRAGMA table_info("{table}")')}
 
 
-def _rows(con: sqlite3.Connection, table: str, cols: Iterable, errs: Collector) -> list:
-    """rowid and the named columns of every row of `table`; a corrupt page is a problem there."""
+def _rows(con: sqlite3.Connection, table: str, cols: Iterable, errs: Collector, where: str = "") -> list:
+    """rowid and the named columns of every row of `table` (that `where` keeps); a corrupt page
+    is a problem there."""
     sel = ", ".join(["rowid"] + [f'"{c}"' for c in cols])
     try:
-        return con.execute(f'SELECT {sel} FROM "{table}" ORDER BY rowid').fetchall()
+        return con.execute(f'SELECT {sel} FROM "{table}" {where} ORDER BY rowid').fetchall()
     except sqlite3.DatabaseError as e:
         errs.add(table, f"cannot be read: the SQLite file is corrupt or cut short ({e})", FIX)
         errs.raise_if_any()
@@ -268,34 +272,37 @@ def _read(con: sqlite3.Connection, errs: Collector) -> Profile:
     strings = {i: v for _, i, v in _rows(con, STRINGS, ("id", "value"), errs) if isinstance(v, str)}
     name_cols = [x for x in ("shortName", "demangledName", "name") if x in cols[KERNEL]]     # `name`: older exports
     grid_cols = [x for x in ("gridX", "gridY", "gridZ") if x in cols[KERNEL]]
-    krows = _rows(con, KERNEL, ["start", "end", "deviceId", "streamId", "correlationId"] + name_cols + grid_cols, errs)
+    has_pid = "globalPid" in cols[KERNEL]
+    krows = _rows(con, KERNEL, ["start", "end", "deviceId", "streamId", "correlationId", "globalPid" if has_pid else "correlationId"]
+                  + name_cols + grid_cols, errs)
     if not krows:
         errs.add(KERNEL, "empty: the report recorded no kernels", "profile with --trace=cuda around device work (check the capture range)")
         errs.raise_if_any()
-    launches = {}
-    for r in _rows(con, RUNTIME, ("start", "end", "globalTid", "correlationId"), errs):
+    launches = {}                 # (pid or None, correlationId) -> (start, end, globalTid) of the launch call
+    for r in _rows(con, RUNTIME, ("start", "end", "globalTid", "correlationId"), errs,
+                   f'WHERE "correlationId" IN (SELECT "correlationId" FROM "{KERNEL}")'):
         iv = _interval(r, RUNTIME, c)
         if iv is not None and isinstance(r[4], int) and isinstance(r[3], int):
-            launches[r[4]] = (iv[0], iv[1], r[3])
+            launches[(_pid(r[3]) if has_pid else None, r[4])] = (iv[0], iv[1], r[3])
     kernels = []
     for r in krows:
         iv = _interval(r, KERNEL, c)
         if iv is None:
             continue
-        rid, dev, stream, corr = r[0], r[3], r[4], r[5]
-        names = [strings.get(v) for v in r[6:6 + len(name_cols)]]
+        rid, dev, stream, corr, gpid = r[0], r[3], r[4], r[5], r[6]
+        names = [strings.get(v) for v in r[7:7 + len(name_cols)]]
         name = next((n for n in names if n), None)
         if name is None:
-            c.add(f"{KERNEL}[rowid={rid}].{name_cols[0]}", f"{short(r[6], 40)} is no id in StringIds")
+            c.add(f"{KERNEL}[rowid={rid}].{name_cols[0]}", f"{short(r[7], 40)} is no id in StringIds")
             continue
-        ok = all(isinstance(v, int) for v in (dev, stream, corr))
-        if not ok:
+        if not all(isinstance(v, int) for v in (dev, stream)) or not isinstance(corr, (int, type(None))):
             c.add(f"{KERNEL}[rowid={rid}]", "deviceId, streamId and correlationId must be whole numbers")
             continue
+        pid = _pid(gpid) if has_pid and isinstance(gpid, int) else None
         demangled = next((n for n in names[1:] if n), name)
         m = NCCL_KERNEL.match(name) or NCCL_KERNEL.match(demangled)
         kernels.append(dict(row=rid, name=name, demangled=demangled, start_ns=iv[0], end_ns=iv[1], device=dev, stream=stream,
-                            correlation=corr, grid=tuple(r[6 + len(name_cols):]), collective=NCCL_COLLECTIVE[m.group(1)] if m else None))
+                            correlation=corr, process=pid, key=(pid, corr), grid=tuple(r[7 + len(name_cols):]), collective=NCCL_COLLECTIVE[m.group(1)] if m else None))
     c.finish()
     ranges = _ranges(con, cols.get(NVTX, set()), strings, c) if has_nvtx else []
     c.finish()
@@ -451,20 +458,20 @@ def _message_bytes(r: dict) -> int | None:
 
 
 def _assemble(kernels: list, launches: dict, ranges: list, devices: tuple) -> Profile:
-    launch_list = [(k["row"], launches[k["correlation"]][0], launches[k["correlation"]][2]) for k in kernels if k["correlation"] in launches]
+    launch_list = [(k["row"], launches[k["key"]][0], launches[k["key"]][2]) for k in kernels if k["key"] in launches]
     range_chain, launch_chain = _chains(ranges, launch_list)
     layers = _ProcessRanges(ranges, LAYER, None)
     phases = _ProcessRanges(ranges, PHASE, PHASE_NAME)
     out, ops, coll = [], {}, []
     op_kernels: dict = {}
     for k in kernels:
-        ln = launches.get(k["correlation"])
+        ln = launches.get(k["key"])
         chain = launch_chain.get(k["row"], ())
         layer = phase = None
         if ln is not None:
             layer = _label(chain, LAYER) or layers.at(ln[2], ln[0])
             phase = _label(chain, PHASE, PHASE_NAME) or phases.at(ln[2], ln[0])
-        out.append(Kernel(k["row"], k["name"], k["start_ns"], k["end_ns"], k["device"], k["stream"], k["correlation"], k["grid"],
+        out.append(Kernel(k["row"], k["name"], k["start_ns"], k["end_ns"], k["device"], k["stream"], k["correlation"], k["process"], k["grid"],
                           ln[0] if ln else None, ln[2] if ln else None, chain[-1]["text"] if chain else None, layer, phase, k["collective"]))
         if k["collective"]:
             want = NCCL_RANGE[k["collective"]]
@@ -488,8 +495,8 @@ def _assemble(kernels: list, launches: dict, ranges: list, devices: tuple) -> Pr
 def _host(kernels: list, launches: dict, ranges: list, range_chain: dict, phases: _ProcessRanges) -> HostStats:
     calls: dict = {}
     for k in kernels:
-        if k.correlation in launches:
-            s, e, tid = launches[k.correlation]
+        if (k.process, k.correlation) in launches:
+            s, e, tid = launches[(k.process, k.correlation)]
             calls.setdefault(tid, set()).add((s, e))
     gaps, durs = [], []
     for tid in sorted(calls):
