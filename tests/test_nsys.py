@@ -306,3 +306,22 @@ def test_correlation_ids_are_joined_within_their_process(tmp_path):
     assert [(k.device, k.process, k.thread, k.launch_ns) for k in k7] == [
         (0, 100, T, 5910 * US), (1, 200, 200 * 0x1000000 + 200, 5911 * US)]
     assert [c.bytes for c in prof.collectives] == [MSG, MSG]
+
+
+def test_a_generic_nccl_kernel_takes_its_collective_and_size_from_the_range_text(tmp_path):
+    """NCCL's ncclDevKernel_Generic names no collective: the enclosing `ncclAllReduce, bytes = 1024`
+    range (the text form a user range can carry, no payload) says all-reduce of 1024 bytes."""
+    f = _edit(tmp_path / "g.sqlite", "UPDATE NVTX_EVENTS SET text = 'ncclAllReduce, bytes = 1024', uint64Value = NULL "
+                                     "WHERE text = 'ncclAllReduce'")
+    db = sqlite3.connect(f)
+    db.execute("UPDATE StringIds SET value = replace(value, 'AllReduce_Sum_bf16_RING_LL', 'Generic_4')")   # short and demangled
+    db.commit()
+    db.close()
+    (c,) = nsys.read(f).collectives
+    assert (c.collective, c.bytes, c.kernel) == ("all_reduce", 1024, "ncclDevKernel_Generic_4")
+    assert nsys.read(f).kernels[-1].collective == "all_reduce"
+    db = sqlite3.connect(f)
+    db.execute("UPDATE NVTX_EVENTS SET text = 'step' WHERE text LIKE 'ncclAllReduce%'")
+    db.commit()
+    db.close()
+    assert nsys.read(f).collectives == ()          # outside any NCCL range: which collective is unknown

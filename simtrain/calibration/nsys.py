@@ -50,6 +50,7 @@ consecutive kernels of a stream, and per (phase, operator) the CPU time of the o
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import os
 import re
@@ -80,10 +81,11 @@ NVTX_REQUIRED = ("start", "end", "globalTid")
 PAYLOAD_COLUMNS = ("uint64Value", "int64Value", "uint32Value", "int32Value")
 RANGE_TYPES = (59, 60)              # NvtxPushPopRange, NvtxStartEndRange
 NCCL_KERNEL = re.compile(r"^(?:void\s+)?nccl(?:Dev)?Kernel_(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|Send|Recv)")
+NCCL_ANY = re.compile(r"^(?:void\s+)?nccl(?:Dev)?Kernel_")     # e.g. ncclDevKernel_Generic: the collective is its range's
 NCCL_COLLECTIVE = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
                    "Broadcast": "broadcast", "Reduce": "reduce", "SendRecv": "sendrecv", "Send": "sendrecv", "Recv": "sendrecv"}
 NCCL_RANGE = {"all_reduce": "ncclAllReduce", "all_gather": "ncclAllGather", "reduce_scatter": "ncclReduceScatter",
-              "broadcast": "ncclBroadcast", "reduce": "ncclReduce", "sendrecv": ("ncclSend", "ncclRecv")}
+              "broadcast": "ncclBroadcast", "sendrecv": ("ncclSend", "ncclRecv"), "reduce": "ncclReduce"}
 LAYER = re.compile(r"layers?[\s._:/#-]*(\d+)", re.IGNORECASE)
 PHASE = re.compile(r"\b(forward|fwd|backward|bwd|optimi[sz]er|optim)\b", re.IGNORECASE)
 PHASE_NAME = {"forward": "forward", "fwd": "forward", "backward": "backward", "bwd": "backward",
@@ -301,8 +303,9 @@ def _read(con: sqlite3.Connection, errs: Collector) -> Profile:
         pid = _pid(gpid) if has_pid and isinstance(gpid, int) else None
         demangled = next((n for n in names[1:] if n), name)
         m = NCCL_KERNEL.match(name) or NCCL_KERNEL.match(demangled)
+        generic = m is None and bool(NCCL_ANY.match(name) or NCCL_ANY.match(demangled))
         kernels.append(dict(row=rid, name=name, demangled=demangled, start_ns=iv[0], end_ns=iv[1], device=dev, stream=stream,
-                            correlation=corr, process=pid, key=(pid, corr), grid=tuple(r[7 + len(name_cols):]), collective=NCCL_COLLECTIVE[m.group(1)] if m else None))
+                            correlation=corr, process=pid, key=(pid, corr), grid=tuple(r[7 + len(name_cols):]), collective=NCCL_COLLECTIVE[m.group(1)] if m else ("?" if generic else None)))
     c.finish()
     ranges = _ranges(con, cols.get(NVTX, set()), strings, c) if has_nvtx else []
     c.finish()
@@ -474,10 +477,16 @@ def _assemble(kernels: list, launches: dict, ranges: list, devices: tuple) -> Pr
         out.append(Kernel(k["row"], k["name"], k["start_ns"], k["end_ns"], k["device"], k["stream"], k["correlation"], k["process"], k["grid"],
                           ln[0] if ln else None, ln[2] if ln else None, chain[-1]["text"] if chain else None, layer, phase, k["collective"]))
         if k["collective"]:
-            want = NCCL_RANGE[k["collective"]]
-            want = want if isinstance(want, tuple) else (want,)
-            rng = next((r for r in reversed(chain) if _op_name(r["text"]).startswith(want)), None)
-            coll.append(Collective(k["collective"], k["name"], k["device"], _message_bytes(rng) if rng else None, out[-1].seconds, k["row"]))
+            name, rng = k["collective"], None
+            for r in reversed(chain):
+                word = re.match(r"[A-Za-z]*", r["text"].strip()).group(0)       # ncclAllReduce of "ncclAllReduce, bytes = 8"
+                got = next((c for c, w in NCCL_RANGE.items() if word in (w if isinstance(w, tuple) else (w,)) and name in ("?", c)), None)
+                if got:
+                    name, rng = got, r
+                    break
+            if name != "?":           # a generic NCCL kernel outside any NCCL range: which collective is unknown
+                coll.append(Collective(name, k["name"], k["device"], _message_bytes(rng) if rng else None, out[-1].seconds, k["row"]))
+                out[-1] = dataclasses.replace(out[-1], collective=name)
             continue
         top = next((r for r in chain if operator_of(_op_name(r["text"]))), None)
         if top is not None:
