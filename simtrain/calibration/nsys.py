@@ -36,7 +36,8 @@ report records no dtype: it is read from the kernel names (bf16, fp16, fp8, tf32
 CUTLASS name), "?" when none says.
 
 NCCL: kernels named ncclDevKernel_* / ncclKernel_* are collectives (AllReduce, AllGather,
-ReduceScatter, Broadcast, Reduce, SendRecv). The message size comes from the NCCL range enclosing
+ReduceScatter, Broadcast, Reduce, SendRecv; a kernel naming none, as ncclDevKernel_Generic,
+is the collective of the NCCL range enclosing its launch). The message size comes from the NCCL range enclosing
 the launch (`ncclAllReduce`, NCCL's NVTX domain) where its payload gives it: a numeric payload
 column, `"Message size [bytes]"` in jsonText, or `bytes = N` / `size = N` in the range text. NCCL
 passes one rank's message; for all-gather and reduce-scatter the size is multiplied by the ranks,
@@ -544,13 +545,17 @@ def collective_rows(prof: Profile) -> tuple:
         n = len(ranks[name])
         sized = [c for c in cs if c.bytes]
         if not sized:
-            warn.append(f"{len(cs)} {name} kernels without a message size (no NCCL NVTX range with a payload encloses their launch)")
+            warn.append(f"{_n(len(cs), name + ' kernel')} without a message size (no NCCL NVTX range with a payload encloses the launch)")
             continue
         if n < 2:
-            warn.append(f"{len(cs)} {name} kernels ran on one device only: the ranks are unknown, so they give no bus bandwidth "
+            warn.append(f"{_n(len(cs), name + ' kernel')} on one device only: the ranks are unknown, so no bus bandwidth "
                         "(profile every rank of a node into one report)")
             continue
         for c in sized:
             b = c.bytes * n if name in ("all_gather", "reduce_scatter") else c.bytes
             rows.append({"collective": name, "ranks": n, "nodes": 1, "bytes": b, "median_s": c.seconds, "row": c.row})
     return rows, warn
+
+
+def _n(k: int, what: str) -> str:
+    return f"{k} {what}" + ("" if k == 1 else "s")
