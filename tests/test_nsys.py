@@ -325,3 +325,23 @@ def test_a_generic_nccl_kernel_takes_its_collective_and_size_from_the_range_text
     db.commit()
     db.close()
     assert nsys.read(f).collectives == ()          # outside any NCCL range: which collective is unknown
+
+
+def test_a_gemm_dtype_the_base_preset_lacks_is_named_at_its_range(tmp_path, capsys):
+    """The GEMM kernels renamed to an fp8 (e4m3) cuBLAS kernel, calibrated onto the A100 preset,
+    which has no fp8 peak: an error at the NVTX range of the first GEMM (rowid 4: after the domain
+    row, forward and layer 0, the first aten::linear). Left as bf16, the same times are faster
+    than the A100's bf16 peak: refused at the same range."""
+    f = build(tmp_path / "fp8.sqlite")
+    db = sqlite3.connect(f)
+    db.execute("UPDATE StringIds SET value = replace(value, 'bf16bf16_bf16f32_f32', 'e4m3e4m3_f32f32_f32')")
+    db.commit()
+    db.close()
+    assert "fp8" not in get_device("a100-sxm4-80gb").peak_flop_per_s
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", str(f), "--device", "x", "--base", "a100-sxm4-80gb", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{f}: NVTX_EVENTS[rowid=4].text: aten::linear in fp8: a100-sxm4-80gb has no peak" in err and "Traceback" not in err
+    g = build(tmp_path / "bf16.sqlite")
+    assert main(["calibrate", str(g), "--device", "x", "--base", "a100-sxm4-80gb", "-o", str(out)]) == 2
+    assert f"{g}: NVTX_EVENTS[rowid=4]: 687.2 TFLOP/s is faster than a100-sxm4-80gb's peak of 312 TFLOP/s" in capsys.readouterr().err

@@ -254,7 +254,8 @@ def _add_ops(ops: list, f: Path, got: dict, c: Checker, dev: Device | None, wher
                 if dev is not None and _dtype_name(o.dtype) not in dev.peak_flop_per_s:
                     c.add(f"{where(o)}.args.Input type" if p.endswith("Dims") else p,
                           f"{o.aten} in {short(o.dtype, 40)}: {dev.key} has no peak for it "
-                          "to compare the measurement with", "record the trace with record_shapes=True, in a dtype the base preset has")
+                          "to compare the measurement with", "record the trace with record_shapes=True, in a dtype the base preset has"
+                          if p.endswith("Dims") else "pass the --base of the device measured, or profile in a dtype it has")
                     continue
                 got["gemm"].append({"m": mnk[0], "n": mnk[1], "k": mnk[2], "dtype": _dtype_name(o.dtype),
                                     "median_s": o.seconds, "file": str(f), "event": o.event, "where": where(o)})

@@ -261,7 +261,7 @@ def _read(con: sqlite3.Connection, errs: Collector) -> Profile:
             if col not in cols[t]:
                 errs.add(f"{t}.{col}", "missing column", FIX)
     if KERNEL in cols and not {"shortName", "demangledName", "name"} & cols[KERNEL]:
-        errs.add(f"{KERNEL}.shortName", "missing column (neither shortName nor demangledName names the kernels)", FIX)
+        errs.add(f"{KERNEL}.shortName", "missing column (no shortName, demangledName or name column names the kernels)", FIX)
     has_nvtx = NVTX in tables
     if has_nvtx:
         cols[NVTX] = _columns(con, NVTX)
