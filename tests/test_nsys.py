@@ -341,7 +341,7 @@ def test_a_gemm_dtype_the_base_preset_lacks_is_named_at_its_range(tmp_path, caps
     out = tmp_path / "p.yaml"
     assert main(["calibrate", str(f), "--device", "x", "--base", "a100-sxm4-80gb", "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert f"{f}: NVTX_EVENTS[rowid=4].text: aten::linear in fp8: a100-sxm4-80gb has no peak" in err and "Traceback" not in err
+    assert f"{f}: NVTX_EVENTS[rowid=4].text: aten::linear in 'fp8': a100-sxm4-80gb has no peak" in err and "Traceback" not in err
     g = build(tmp_path / "bf16.sqlite")
     assert main(["calibrate", str(g), "--device", "x", "--base", "a100-sxm4-80gb", "-o", str(out)]) == 2
     assert f"{g}: NVTX_EVENTS[rowid=4]: 687.2 TFLOP/s is faster than a100-sxm4-80gb's peak of 312 TFLOP/s" in capsys.readouterr().err
