@@ -9,6 +9,7 @@ The hand-built report (times in us; thread T = pid 100's main thread, A = its au
   T    layer 0 [10, 1000]
   T      aten::linear (4096x4096x4096) [20, 120]
   T        aten::mm [30, 110]      launch [40, 45]   -> K1 gemm bf16, stream 7, [100, 280]  180
+                                   (and the nested cudaLaunchKernel_v7000 row [41, 44] of the same call)
   T        (under linear)          launch [112, 115] -> K2 bias, stream 7,      [280, 300]   20
   T      aten::native_layer_norm [130, 160]  launch [135, 140] -> K3 stream 7, [305, 315]  10
   T    layer 1 (text by textId) [1000, 2000]
@@ -82,6 +83,7 @@ def build(path: Path, second_rank: bool = False) -> Path:
     rng(20, 120, LINEAR.format(0))
     rng(30, 110, MM.format(0))
     kernel(40, 45, 100, 280, 1)
+    db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 1, ?, 1, 9, 0)", (41 * US, 44 * US, T))   # the nested _v7000 row
     kernel(112, 115, 280, 300, 3)
     rng(130, 160, "aten::native_layer_norm, seq = 1, sizes = [[2, 2048, 4096], [], [], []]")
     kernel(135, 140, 305, 315, 5)
@@ -120,6 +122,7 @@ def test_kernels_go_to_the_innermost_range_of_their_launch_and_its_layer_and_pha
                    (GEMM[:12], "aten::mm", "1", "backward", 7), (GEMM[:12], "aten::mm", "0", "backward", 7),
                    (NCCL[:12], "ncclAllReduce", "0", "backward", 13)]
     assert report.kernels[0].grid == (132, 1, 1) and report.kernels[0].thread == T
+    assert report.kernels[0].launch_ns == 40 * US            # the outer call, not the nested row at 41 us
 
 
 def test_op_durations_roll_up_like_the_kineto_importer(report):
@@ -141,7 +144,7 @@ def test_host_gap_statistics_by_hand(report):
     Stream 7 idle gaps 0, 5, 785, 1900, 1250: median 785, p90 = (1250 x 4 + 1900 x 6) / 10 = 1640.
     CPU per op: forward gemm 100 + 90 us (median 95), norm 30; backward gemm 100 + 100."""
     h = report.host
-    assert h.launches == 7
+    assert h.launches == 7                          # the nested row of K1's call is not a launch of its own
     assert [x * 1e6 for x in h.launch_gap_s] == [pytest.approx(880), pytest.approx(3528.4)]
     assert [x * 1e6 for x in h.launch_call_s] == [pytest.approx(5), pytest.approx(8.8)]
     assert [x * 1e6 for x in h.device_idle_s] == [pytest.approx(785), pytest.approx(1640)]

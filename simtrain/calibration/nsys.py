@@ -11,7 +11,9 @@ are created lazily, so a report without NVTX has no NVTX_EVENTS; times are integ
   CUPTI_ACTIVITY_KIND_RUNTIME  start, end, globalTid, correlationId (the launch call of the
                                kernel of the same correlationId in the same process: CUPTI's
                                correlation ids are per process, so a report of several ranks
-                               joins on (process of globalPid / globalTid, correlationId))
+                               joins on (process of globalPid / globalTid, correlationId); a
+                               call exported twice, cudaLaunchKernel around the nested
+                               cudaLaunchKernel_v7000, counts as the outer one)
   NVTX_EVENTS                  start, end, eventType (59 push/pop range, 60 start/end range),
                                text or textId (-> StringIds), globalTid, payload columns
                                uint64Value / int64Value / uint32Value / int32Value, jsonText
@@ -286,7 +288,12 @@ def _read(con: sqlite3.Connection, errs: Collector) -> Profile:
                    f'WHERE "correlationId" IN (SELECT "correlationId" FROM "{KERNEL}")'):
         iv = _interval(r, RUNTIME, c)
         if iv is not None and isinstance(r[4], int) and isinstance(r[3], int):
-            launches[(_pid(r[3]) if has_pid else None, r[4])] = (iv[0], iv[1], r[3])
+            key = (_pid(r[3]) if has_pid else None, r[4])
+            if key in launches:       # the call recorded twice (cudaLaunchKernel and the nested cudaLaunchKernel_v7000): the outer one
+                s0, e0, tid = launches[key]
+                launches[key] = (min(s0, iv[0]), max(e0, iv[1]), tid)
+            else:
+                launches[key] = (iv[0], iv[1], r[3])
     kernels = []
     for r in krows:
         iv = _interval(r, KERNEL, c)
