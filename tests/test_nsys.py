@@ -348,3 +348,14 @@ def test_a_gemm_dtype_the_base_preset_lacks_is_named_at_its_range(tmp_path, caps
     g = build(tmp_path / "bf16.sqlite")
     assert main(["calibrate", str(g), "--device", "x", "--base", "a100-sxm4-80gb", "-o", str(out)]) == 2
     assert f"{g}: NVTX_EVENTS[rowid=4]: 687.2 TFLOP/s is faster than a100-sxm4-80gb's peak of 312 TFLOP/s" in capsys.readouterr().err
+
+
+def test_gemms_whose_kernels_name_no_dtype_are_left_out_with_a_warning(tmp_path, capsys):
+    """The GEMM kernels renamed to an sgemm (no dtype in the name): the four GEMMs are left out
+    with one warning, printed also when, nothing else being measured, calibrate exits 2."""
+    f = _edit(tmp_path / "s.sqlite", "UPDATE StringIds SET value = replace(replace(value, 'bf16bf16_bf16f32_f32', 'sgemm'), 'bf16', 'float')")
+    assert [o.dtype for o in nsys.read(f).ops if o.operator == "gemm"] == ["?"] * 4
+    assert main(["calibrate", str(f), "--device", "x", "--base", "h100-sxm5-80gb", "-o", str(tmp_path / "p.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "no measurements found" in err and "Traceback" not in err
+    assert f"warning: {f}: 4 GEMM ops left out: the kernel names say no dtype" in err

@@ -1,8 +1,9 @@
 """`simtrain calibrate`: measurements -> a device profile.
 
 Inputs (any mix): calibration files written by `simtrain bench`, nccl-tests logs or `-J` JSON
-files, PyTorch profiler traces, and Nsight Systems SQLite exports (told by SQLite's magic bytes). Output: a profile YAML (`schema: simtrain-profile/1`) that a
-scenario uses with `cluster.device_profile: FILE`:
+files, PyTorch profiler traces, and Nsight Systems SQLite exports (told by SQLite's magic bytes).
+Output: a profile YAML (`schema: simtrain-profile/1`) that a scenario uses with
+`cluster.device_profile: FILE`:
 
   device, base          the profile's name and the preset it refines (peaks, capacity, datasheet
                         bandwidth, and any curve not measured come from the base preset)
@@ -277,7 +278,8 @@ def _nsys(f: Path, got: dict, errs: Collector, dev: Device | None, mismatch: Cal
     c = Checker(errs, nsys.FIX)
     known = [o for o in prof.ops if not (o.operator == "gemm" and o.dtype == "?")]
     if len(known) < len(prof.ops):
-        got["warnings"].append(f"warning: {f}: {len(prof.ops) - len(known)} GEMM ops left out: their kernel names say no dtype")
+        n = len(prof.ops) - len(known)
+        got["warnings"].append(f"warning: {f}: {n} GEMM op{'s' if n > 1 else ''} left out: the kernel names say no dtype")
     _add_ops(known, f, got, c, dev, lambda o: f"NVTX_EVENTS[rowid={o.event}]")
     rows, warn = nsys.collective_rows(prof)
     for r in rows:
@@ -412,7 +414,12 @@ def main(args: argparse.Namespace) -> int:
     """The `simtrain calibrate` command (see cli)."""
     check_out_file(args.out, "-o")          # before reading the inputs
     warnings: list = []
-    prof = build_profile(args.files, args.device, args.base, getattr(args, "command_line", "simtrain calibrate"), warnings)
+    try:
+        prof = build_profile(args.files, args.device, args.base, getattr(args, "command_line", "simtrain calibrate"), warnings)
+    except ConfigError:
+        for w in warnings:            # why an input gave nothing (a report's GEMMs of unknown dtype, ...)
+            print(w, file=sys.stderr)
+        raise
     text = yaml.safe_dump(prof, sort_keys=False).encode()
     check_loads(prof, text, Path(args.out))
     for w in warnings:
