@@ -227,6 +227,15 @@ def _edit(path: Path, sql: str) -> Path:
     return path
 
 
+def _edit2(path: Path, sql: str) -> Path:
+    """`_edit` on a report already built."""
+    db = sqlite3.connect(path)
+    db.execute(sql)
+    db.commit()
+    db.close()
+    return path
+
+
 def _corrupt(path: Path) -> Path:
     """A real report cut after its first page: the header stays, the tables are gone."""
     build(path)
@@ -253,6 +262,12 @@ BAD = [
      "CUPTI_ACTIVITY_KIND_KERNEL[rowid=2].end", "before its start"),
     ("text-time", lambda p: _edit(p, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid = 3"),
      "CUPTI_ACTIVITY_KIND_KERNEL[rowid=3].start", "whole number"),
+    ("no-kernel-names", lambda p: _edit2(_edit(p, "ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN shortName"),
+                                         "ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN demangledName"),
+     "CUPTI_ACTIVITY_KIND_KERNEL.shortName", "missing column"),
+    ("nvtx-without-thread", lambda p: _edit(p, "ALTER TABLE NVTX_EVENTS DROP COLUMN globalTid"), "NVTX_EVENTS.globalTid", "missing column"),
+    ("bad-string-id", lambda p: _edit(p, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = 999, demangledName = 998 WHERE rowid = 1"),
+     "CUPTI_ACTIVITY_KIND_KERNEL[rowid=1].shortName", "no id in StringIds"),
     ("truncated", _corrupt, "", "SQLite"),
     ("garbage-pages", _garbage_pages, "StringIds", "corrupt"),
     ("zero-bytes", lambda p: (p.write_bytes(b""), p)[1], "", "not an SQLite database"),
@@ -359,3 +374,13 @@ def test_gemms_whose_kernels_name_no_dtype_are_left_out_with_a_warning(tmp_path,
     err = capsys.readouterr().err
     assert "no measurements found" in err and "Traceback" not in err
     assert f"warning: {f}: 4 GEMM ops left out: the kernel names say no dtype" in err
+
+
+def test_a_report_without_nvtx_still_gives_kernels_launch_gaps_and_nccl_timings(tmp_path):
+    """NVTX_EVENTS is created only when the application emits NVTX: without it there are no
+    ranges, so no operators and no NCCL size (a warning), but kernels and launch gaps as above."""
+    prof = nsys.read(_table_without(tmp_path / "plain.sqlite", "NVTX_EVENTS"))
+    assert len(prof.kernels) == 7 and prof.ops == () and all(k.range is None and k.layer is None for k in prof.kernels)
+    assert [x * 1e6 for x in prof.host.launch_gap_s] == [pytest.approx(880), pytest.approx(3528.4)]
+    (c,) = prof.collectives
+    assert c.bytes is None and "without a message size" in nsys.collective_rows(prof)[1][0]
