@@ -384,3 +384,15 @@ def test_a_report_without_nvtx_still_gives_kernels_launch_gaps_and_nccl_timings(
     assert [x * 1e6 for x in prof.host.launch_gap_s] == [pytest.approx(880), pytest.approx(3528.4)]
     (c,) = prof.collectives
     assert c.bytes is None and "without a message size" in nsys.collective_rows(prof)[1][0]
+
+
+def test_the_size_of_a_user_range_around_nccls_own_range_counts(tmp_path):
+    """NCCL's own `ncclAllReduce` range (its size in a payload this importer cannot read: none
+    here) inside the user's `ncclAllReduce, bytes = 4096` range: the user's size counts."""
+    f = _edit(tmp_path / "u.sqlite", "UPDATE NVTX_EVENTS SET uint64Value = NULL WHERE text = 'ncclAllReduce'")
+    db = sqlite3.connect(f)
+    db.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, 59, 'ncclAllReduce, bytes = 4096', ?)",
+               (5890 * US, 5960 * US, T))
+    db.commit()
+    db.close()
+    assert [c.bytes for c in nsys.read(f).collectives] == [4096]

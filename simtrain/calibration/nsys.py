@@ -485,15 +485,16 @@ def _assemble(kernels: list, launches: dict, ranges: list, devices: tuple) -> Pr
         out.append(Kernel(k["row"], k["name"], k["start_ns"], k["end_ns"], k["device"], k["stream"], k["correlation"], k["process"], k["grid"],
                           ln[0] if ln else None, ln[2] if ln else None, chain[-1]["text"] if chain else None, layer, phase, k["collective"]))
         if k["collective"]:
-            name, rng = k["collective"], None
-            for r in reversed(chain):
+            name, found = k["collective"], []
+            for r in reversed(chain):        # innermost first: NCCL's own range, then one the user wrapped around it
                 word = re.match(r"[A-Za-z]*", r["text"].strip()).group(0)       # ncclAllReduce of "ncclAllReduce, bytes = 8"
                 got = next((c for c, w in NCCL_RANGE.items() if word in (w if isinstance(w, tuple) else (w,)) and name in ("?", c)), None)
                 if got:
-                    name, rng = got, r
-                    break
+                    found.append((got, r))
+            name = found[0][0] if name == "?" and found else name
             if name != "?":           # a generic NCCL kernel outside any NCCL range: which collective is unknown
-                coll.append(Collective(name, k["name"], k["device"], _message_bytes(rng) if rng else None, out[-1].seconds, k["row"]))
+                size = next((b for c, r in found if c == name and (b := _message_bytes(r))), None)
+                coll.append(Collective(name, k["name"], k["device"], size, out[-1].seconds, k["row"]))
                 out[-1] = dataclasses.replace(out[-1], collective=name)
             continue
         top = next((r for r in chain if operator_of(_op_name(r["text"]))), None)
