@@ -1,8 +1,9 @@
 """`simtrain calibrate`: measurements -> a device profile.
 
 Inputs (any mix): calibration files written by `simtrain bench`, nccl-tests logs or `-J` JSON
-files, and PyTorch profiler traces. Output: a profile YAML (`schema: simtrain-profile/1`) that a
-scenario uses with `cluster.device_profile: FILE`:
+files, PyTorch profiler traces, and Nsight Systems SQLite exports (told by SQLite's magic bytes).
+Output: a profile YAML (`schema: simtrain-profile/1`) that a scenario uses with
+`cluster.device_profile: FILE`:
 
   device, base          the profile's name and the preset it refines (peaks, capacity, datasheet
                         bandwidth, and any curve not measured come from the base preset)
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
+import stat
 import statistics
 import sys
 import tempfile
@@ -32,8 +35,18 @@ from typing import Any
 
 import yaml
 
-from simtrain.calibration import kineto, nccl_tests
-from simtrain.calibration.checks import COLLECTIVES, MAX_BYTES, MAX_DIM, Checker, device_mismatch, read_input, text_of, tree_of
+from simtrain.calibration import kineto, nccl_tests, nsys
+from simtrain.calibration.checks import (
+    COLLECTIVES,
+    MAX_BYTES,
+    MAX_DIM,
+    MIN_TIME_S,
+    Checker,
+    device_mismatch,
+    read_input,
+    text_of,
+    tree_of,
+)
 from simtrain.calibration.nccl_tests import bus_factor
 from simtrain.errors import Collector, ConfigError, Problem
 from simtrain.hardware.devices import Device, get_device, load_profile, preset_names
@@ -161,6 +174,9 @@ def collect(files: list, base: str | None = None) -> dict:
     for f in map(Path, files):
         ferrs = Collector(str(f))
         try:
+            if nsys.is_sqlite(_head(f)) or f.suffix.lower() in (".sqlite", ".sqlite3"):
+                _nsys(f, got, ferrs, dev, mismatch)
+                continue
             raw = read_input(f, ferrs, "give calibration files, nccl-tests logs or profiler traces")
             head = raw[:4096]
             if head[:2] == b"\x1f\x8b" or b'"traceEvents"' in head:
@@ -195,18 +211,41 @@ def collect(files: list, base: str | None = None) -> dict:
     return got
 
 
+def _head(f: Path) -> bytes:
+    """The first 16 bytes of a regular file (b"" otherwise: the guarded reader reports it), so an
+    SQLite report, which may be larger than any other input, is told before it is read."""
+    try:
+        if not stat.S_ISREG(os.stat(f).st_mode):
+            return b""
+        with open(f, "rb") as fh:
+            return fh.read(16)
+    except OSError:
+        return b""
+
+
 def _trace(f: Path, raw: bytes, got: dict, errs: Collector, dev: Device | None, mismatch: Callable) -> None:
     """The GEMM and attention measurements of a profiler trace; zero or absurd shapes are
     problems at the CPU op's event."""
     doc = kineto.load(f, raw)
     ops = kineto.operator_times(f, doc=doc)
     c = Checker(errs, kineto.FIX)
+    on_device = _add_ops(ops, f, got, c, dev, lambda o: f"traceEvents[{o.event}]")
+    c.finish()
+    got["provenance"].append({"file": str(f), "kind": "torch.profiler trace"})
+    if ops:
+        names = kineto.device_names(doc)
+        mismatch(f, "" if on_device else "cpu", names or (["CPU-only trace"] if not on_device else []))
+
+
+def _add_ops(ops: list, f: Path, got: dict, c: Checker, dev: Device | None, where: Callable) -> bool:
+    """GEMM and attention points of operator times (a trace's or a report's) into `got`; `where`
+    names an op's record for a problem. True when any was measured on a device."""
     on_device = False
     for o in ops:
         if o.seconds <= 0:
             continue          # an op that launched no device work (CPU-side): nothing measured
         on_device |= o.on_device
-        p = f"traceEvents[{o.event}].args.Input Dims"
+        p = f"{where(o)}.args.Input Dims" if where(o).startswith("traceEvents") else f"{where(o)}.text"
         if o.operator == "gemm":
             mnk = _gemm_from_dims(o.aten, o.shapes)
             if mnk:
@@ -214,23 +253,46 @@ def _trace(f: Path, raw: bytes, got: dict, errs: Collector, dev: Device | None, 
                     c.add(p, f"{o.aten} of (m, n, k) = {mnk}: each must be > 0 and <= {MAX_DIM:,}")
                     continue
                 if dev is not None and _dtype_name(o.dtype) not in dev.peak_flop_per_s:
-                    c.add(f"traceEvents[{o.event}].args.Input type", f"{o.aten} in {short(o.dtype, 40)}: {dev.key} has no peak for it "
-                          "to compare the measurement with", "record the trace with record_shapes=True, in a dtype the base preset has")
+                    c.add(f"{where(o)}.args.Input type" if p.endswith("Dims") else p,
+                          f"{o.aten} in {short(o.dtype, 40)}: {dev.key} has no peak for it "
+                          "to compare the measurement with", "record the trace with record_shapes=True, in a dtype the base preset has"
+                          if p.endswith("Dims") else "pass the --base of the device measured, or profile in a dtype it has")
                     continue
                 got["gemm"].append({"m": mnk[0], "n": mnk[1], "k": mnk[2], "dtype": _dtype_name(o.dtype),
-                                    "median_s": o.seconds, "file": str(f), "event": o.event})
+                                    "median_s": o.seconds, "file": str(f), "event": o.event, "where": where(o)})
         elif o.operator == "attention" and o.shapes and len(o.shapes[0]) == 4:
             b, h, s, d = o.shapes[0]
             if min(b, h, s, d) < 1:
                 c.add(p, f"{o.aten} of (batch, heads, seq, head_dim) = {(b, h, s, d)}: each must be > 0")
                 continue
             got["attention"].append({"batch": b, "heads": h, "seq": s, "head_dim": d, "causal": True, "pass": "fwd",
-                                     "dtype": _dtype_name(o.dtype), "median_s": o.seconds, "file": str(f), "event": o.event})
+                                     "dtype": _dtype_name(o.dtype), "median_s": o.seconds, "file": str(f), "event": o.event, "where": where(o)})
+    return on_device
+
+
+def _nsys(f: Path, got: dict, errs: Collector, dev: Device | None, mismatch: Callable) -> None:
+    """An Nsight Systems SQLite export: its op times go the way a trace's do (a GEMM whose
+    kernels name no dtype is left out, with a warning); NCCL kernels with a message size and
+    two or more devices become collective points; host statistics go into the provenance."""
+    prof = nsys.read(f)
+    c = Checker(errs, nsys.FIX)
+    known = [o for o in prof.ops if not (o.operator == "gemm" and o.dtype == "?")]
+    if len(known) < len(prof.ops):
+        n = len(prof.ops) - len(known)
+        got["warnings"].append(f"warning: {f}: {n} GEMM op{'s' if n > 1 else ''} left out: the kernel names say no dtype")
+    _add_ops(known, f, got, c, dev, lambda o: f"NVTX_EVENTS[rowid={o.event}]")
+    rows, warn = nsys.collective_rows(prof)
+    for r in rows:
+        if r["median_s"] < MIN_TIME_S or r["bytes"] > MAX_BYTES:
+            c.add(f"CUPTI_ACTIVITY_KIND_KERNEL[rowid={r['row']}]", f"{r['collective']} of {r['bytes']} bytes in {r['median_s']:g} s "
+                  "is beyond any real measurement")
+            continue
+        got["collectives"].append({k: r[k] for k in ("collective", "ranks", "nodes", "bytes", "median_s")} | {"file": str(f)})
     c.finish()
-    got["provenance"].append({"file": str(f), "kind": "torch.profiler trace"})
-    if ops:
-        names = kineto.device_names(doc)
-        mismatch(f, "" if on_device else "cpu", names or (["CPU-only trace"] if not on_device else []))
+    got["warnings"].extend(f"warning: {f}: {w}" for w in warn)
+    got["provenance"].append({"file": str(f), "kind": "nsys sqlite export", "kernels": len(prof.kernels),
+                              "devices": list(prof.devices), "host": prof.host.summary()})
+    mismatch(f, "cuda", list(prof.devices))
 
 
 def fit_alpha_beta(points: list) -> tuple:
@@ -324,7 +386,7 @@ def _check_peaks(got: dict, base: Device) -> None:
                 flops = attention_flops(r["batch"], r["heads"], r["seq"], r["head_dim"], r.get("causal", True), r.get("pass", "fwd+bwd"))
                 peak = peak16
             if peak and flops / r["median_s"] > 1.1 * peak:
-                where = f"traceEvents[{r['event']}]" if "event" in r else f"{kind}[{i}]"
+                where = r.get("where") or (f"traceEvents[{r['event']}]" if "event" in r else f"{kind}[{i}]")
                 errs.problems.append(Problem(r["file"], where, f"{flops / r['median_s'] / 1e12:.4g} TFLOP/s is faster than {base.key}'s "
                                              f"peak of {peak / 1e12:g} TFLOP/s", "check the time and shape, or pass the --base of the device measured"))
     errs.raise_if_any()
@@ -352,7 +414,12 @@ def main(args: argparse.Namespace) -> int:
     """The `simtrain calibrate` command (see cli)."""
     check_out_file(args.out, "-o")          # before reading the inputs
     warnings: list = []
-    prof = build_profile(args.files, args.device, args.base, getattr(args, "command_line", "simtrain calibrate"), warnings)
+    try:
+        prof = build_profile(args.files, args.device, args.base, getattr(args, "command_line", "simtrain calibrate"), warnings)
+    except ConfigError:
+        for w in warnings:            # why an input gave nothing (a report's GEMMs of unknown dtype, ...)
+            print(w, file=sys.stderr)
+        raise
     text = yaml.safe_dump(prof, sort_keys=False).encode()
     check_loads(prof, text, Path(args.out))
     for w in warnings:

@@ -1,9 +1,9 @@
 """PyTorch profiler traces (Kineto Chrome-trace JSON from `torch.profiler`'s
 `export_chrome_trace`, gzip or not) -> per-operator durations under simtrain's operator names.
 
-Device activity (CUDA `kernel` / `gpu_memcpy` / `gpu_memset`; Cambricon's `mlu_*` device
-categories) is joined to the CPU op that launched it through the `External id` argument both
-carry, and each top-level CPU op gets the summed duration of its kernels. A CPU-only trace has no
+Device activity (CUDA `kernel` / `gpu_memcpy` / `gpu_memset`; torch_mlu's profiler writes MLU
+kernels as `kernel` too, and copies as `mlu_memcpy` / `mlu_memset`) is joined to the CPU op that
+launched it through the `External id` argument both carry, and each top-level CPU op gets the summed duration of its kernels. A CPU-only trace has no
 device activity: there the CPU op's own duration is the measurement (the device is the CPU).
 
 Roll-up to simtrain's operators (`OPERATORS`): an aten op is counted under the first matching
@@ -31,14 +31,17 @@ OPERATORS = (
     ("optimizer", r"aten::(_fused_adamw?_|_foreach_\w+)"),
 )
 _COMPILED = tuple((name, re.compile(rx + r"$")) for name, rx in OPERATORS)
-DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# Device work. torch_mlu's Kineto (its ActivityType names: `kernel` for MLU kernels, `mlu_memcpy`,
+# `mlu_memset`; `mlu_runtime`, `mlu_user_annotation`, `mlu_profiler_range` and `mlu_notifier` are
+# host calls or annotations, not device time); `mlu_kernel` as older MLU traces name kernels;
+# Kineto's PrivateUse1 names (`privateuse1_kernel`, ..._memcpy, ..._memset) for an out-of-tree backend.
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "mlu_memcpy", "mlu_memset", "mlu_kernel",
+                     "privateuse1_kernel", "privateuse1_memcpy", "privateuse1_memset")
 
 
 def is_device_event(cat: str) -> bool:
-    """CUDA device activity, or Cambricon's `mlu_*` device categories (not its runtime/driver calls)."""
-    if cat in DEVICE_CATEGORIES:
-        return True
-    return cat.startswith("mlu_") and not cat.endswith(("runtime", "driver"))
+    """CUDA or MLU device activity (not runtime calls, annotations or notifiers)."""
+    return cat in DEVICE_CATEGORIES
 
 
 def operator_of(name: str) -> str | None:
