@@ -126,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="plans whose peak is within this share of the usable memory rank after plans with headroom "
                          f"(default {search.MEMORY_MARGIN:g}; 0: by the objective alone)")
     se.add_argument("--out", metavar="DIR", help="write best.yaml (ready to run), search.csv, search.png")
+    se.add_argument("--json", action="store_true", help="`job: rl` files: print the search as one JSON object")
     se.set_defaults(fn=search.main)
     lst = sub.add_parser("list", help="list shipped devices, profiles, topologies, schedules, collectives, models")
     lst.add_argument("what", choices=("devices", "profiles", "topologies", "schedules", "collectives", "models"))
