@@ -164,3 +164,15 @@ def test_colocated_candidate_drops_rollout_devices(tmp_path):
     f.write_text(yaml.safe_dump(raw))
     res = search_rl(f, fixes=["placement.kind=colocated", "rollout.tp=1"])
     assert [o.candidate.placement for o in res.ranked] == ["colocated"] and not res.skipped
+
+
+def test_compare_of_colocated_and_split_says_rollout_devices_is_needed(job_file):
+    """`--set placement.kind=colocated,split`: the split row has no rollout pool; the command says
+    to vary placement.rollout_devices with the kind (exit 2, no traceback)."""
+    p = subprocess.run([sys.executable, "-m", "simtrain", "compare", str(job_file), "--set", "placement.kind=colocated,split"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "placement.kind+placement.rollout_devices=" in p.stderr and "simtrain search" in p.stderr
+    ok = subprocess.run([sys.executable, "-m", "simtrain", "compare", str(job_file), "--set",
+                         "placement.kind+placement.rollout_devices=split+8,fully_async+8"], capture_output=True, text=True, cwd=ROOT)
+    assert ok.returncode == 0 and "hint" not in ok.stderr, ok.stderr
