@@ -135,6 +135,7 @@ def test_cli_json_is_deterministic_and_out_writes_every_candidate(job_file, tmp_
     out = tmp_path / "o"
     text = run("--out", str(out))
     assert "best: fully_async" in text and "skipped colocated tp8" in text
+    assert sorted(x.name for x in out.iterdir()) == ["best.yaml", "search.csv", "search.png"]
     rows = list(csv.DictReader((out / "search.csv").open()))
     assert len(rows) == 8 and sum(1 for r in rows if r["infeasible"]) == 4
     assert rows[0]["rank"] == "1" and float(rows[0]["timing_s/step"]) == d["ranked"][0]["timing_s/step"]

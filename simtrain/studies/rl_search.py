@@ -31,6 +31,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -38,6 +39,7 @@ from simtrain import __version__, progress
 from simtrain.errors import Collector, ConfigError, Problem, SimtrainError
 from simtrain.hardware.devices import get_device
 from simtrain.hardware.topology import find_topology_file
+from simtrain.results.figures import plain, save_figure
 from simtrain.results.io import check_out_dir, staged_dir, write_atomic
 from simtrain.results.memory import capacity_of
 from simtrain.rl.iteration import RLResult, SimCache, simulate_rl
@@ -52,8 +54,12 @@ AXES = {"placement": "placement.kind", "rollout_devices": "placement.rollout_dev
 KEY_AXIS = {v: k for k, v in AXES.items()}
 DEFAULT_STALENESS = (0, 1, 2)
 OBJECTIVES = ("step_time", "tokens_per_s")
-OUT_FILES = ("best.yaml", "search.csv")
+OUT_FILES = ("best.yaml", "search.csv", "search.png")
+PLACEMENT_COLORS = {"colocated": "#4C78A8", "split": "#F58518", "one_step_off": "#54A24B", "fully_async": "#E45756"}
 GiB = 2.0**30
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def is_rl_job_file(path: str | Path) -> bool:
@@ -372,6 +378,27 @@ def to_dict(res: RLSearchResult) -> dict:
     return out
 
 
+def search_figure(res: RLSearchResult, title: str, top: int = 30) -> Figure:
+    """The `top` best candidates' steady-state step times as bars, best at the top, coloured by
+    placement."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+    rows = res.ranked[:top]
+    fig, ax = plt.subplots(figsize=(9, 1.0 + 0.28 * max(len(rows), 1)))
+    ys = list(range(len(rows)))[::-1]
+    ax.barh(ys, [o.result.timing["step"] for o in rows], color=[PLACEMENT_COLORS[o.candidate.placement] for o in rows])
+    ax.set_yticks(ys, [plain(o.candidate.label(res.total_devices)) for o in rows], fontsize=8)
+    ax.set_xlabel("steady-state step time (s)")
+    ax.set_title(plain(title), fontsize=10)
+    used = [k for k in PLACEMENTS if any(o.candidate.placement == k for o in rows)]
+    ax.legend(handles=[Patch(color=PLACEMENT_COLORS[k], label=k) for k in used], fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
 def best_job(res: RLSearchResult, path: Path) -> dict:
     """The job tree with the best candidate's keys; the topology path made absolute so the file
     runs from wherever it is written."""
@@ -408,6 +435,8 @@ def main(args: argparse.Namespace) -> int:
         with staged_dir(out) as tmp:             # the files appear together
             write_atomic(tmp / "best.yaml", yaml.safe_dump(best_job(res, path), sort_keys=False).encode())
             write_atomic(tmp / "search.csv", to_csv(res).encode())
+            save_figure(search_figure(res, f"{path.name}: {len(res.ranked)} ranked of {res.enumerated} candidates "
+                                      f"(best {res.ranked[0].candidate.label(res.total_devices)})"), tmp / "search.png", dpi=110)
     if getattr(args, "json", False):
         sys.stdout.write(json.dumps(to_dict(res)) + "\n")     # no wall time: same file, same bytes
         return 0
@@ -424,5 +453,5 @@ def main(args: argparse.Namespace) -> int:
     print()
     print(best_phases(res))
     if args.out:
-        print(f"\n  wrote {args.out}/: best.yaml (run it: simtrain run {args.out}/best.yaml) search.csv")
+        print(f"\n  wrote {args.out}/: best.yaml (run it: simtrain run {args.out}/best.yaml) search.csv search.png")
     return 0
