@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from simtrain.cli.rl import timeline_title
 from simtrain.errors import Collector
 from simtrain.hardware.devices import get_device
 from simtrain.rl.iteration import TRAIN_PHASES, simulate_rl
@@ -66,10 +67,12 @@ def test_colocated_phase_order_and_step_is_the_sum():
 
 def test_one_step_off_step_is_max_plus_sync():
     """With fixed lengths every iteration is the same; in steady state (k >= 1) the generation of
-    k+1 overlaps the training on k, so step = max(gen, train) + update_weights."""
+    k+1 overlaps the training on k, so step = max(gen, train) + update_weights, the last simulated
+    iteration included (its update waits for the generation of the batch after the window)."""
     job = job_of(placement={"kind": "one_step_off", "rollout_devices": 8, "iterations": 4})
     run = simulate_rl(job)
-    for row in run.result.iterations[1:3]:
+    assert len([s for s in run.spans if s[1] == "gen"]) == 5
+    for row in run.result.iterations[1:]:
         train = sum(row.get(f"timing_s/{p}", 0.0) for p in TRAIN_PHASES)
         expect = max(row["timing_s/gen"], train) + row["timing_s/update_weights"]
         assert row["timing_s/step"] == pytest.approx(expect, rel=1e-9)
@@ -182,3 +185,32 @@ def test_compare_on_an_rl_job_puts_placements_side_by_side(tmp_path):
     assert float(split["timing_s/update_actor"]) == pytest.approx(float(off["timing_s/update_actor"]))
     assert float(off["timing_s/step"]) < float(split["timing_s/step"])
     assert rows["placement.kind=split placement.rollout_devices=7"]["error"]
+
+
+def test_tokens_per_step_are_the_same_quantity_for_every_placement():
+    """perf/total_num_tokens is the batch sampled for the iteration: with fixed lengths 32 prompts x
+    4 responses x (256 + 512) tokens = 98,304 under every placement. With a long tail the trainer
+    of fully_async takes the groups that finish first (the shorter ones inside the window), yet
+    an iteration still counts its sampled batch, so one_step_off and fully_async on the same job
+    count the same tokens per iteration; and throughput x step x devices gives them back."""
+    pl = {"rollout_devices": 8, "iterations": 4, "staleness": 1}
+    for kind in ("colocated", "split", "one_step_off", "fully_async"):
+        p = {"kind": kind, "iterations": 3} if kind == "colocated" else {"kind": kind, **pl}
+        r = simulate_rl(job_of(placement=p)).result
+        assert [row["perf/total_num_tokens"] for row in r.iterations] == [98304.0] * len(r.iterations), kind
+    runs = {k: simulate_rl(job_of(data__response_length=LONG_TAIL, placement={"kind": k, **pl})).result
+            for k in ("one_step_off", "fully_async")}
+    off, fa = runs["one_step_off"], runs["fully_async"]
+    assert [r["perf/total_num_tokens"] for r in off.iterations] == [r["perf/total_num_tokens"] for r in fa.iterations]
+    for r in (off, fa):
+        steady = r.iterations[1:]
+        mean_tokens = sum(row["perf/total_num_tokens"] for row in steady) / len(steady)
+        assert r.throughput * r.timing["step"] * r.devices == pytest.approx(mean_tokens, rel=1e-12)
+
+
+def test_timeline_title_says_what_the_figure_shows():
+    """The x axis spans every simulated iteration: the title names them and the placement, and
+    calls the step what it is, a steady-state mean."""
+    run = simulate_rl(job_of(placement={"kind": "split", "rollout_devices": 8, "iterations": 3}))
+    t = timeline_title(run)
+    assert t.startswith("t: 3 iterations, split on 16 x ") and "steady-state step" in t and "first iteration left out" in t

@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", metavar="DIR", help="store directory (default ./<scenario>.sweep): sweep.sqlite, sweep.csv; a rerun resumes")
     sw.add_argument("--plot-x", metavar="KEY.PATH", help="also plot step time, MFU and US$/Mtok against this grid key (scaling.png)")
     sw.set_defaults(fn=sweep.main)
-    se = sub.add_parser("search", help="find the best parallel plan: enumerate, prune (memory, closed form), simulate the best")
+    se = sub.add_parser("search", help="find the best parallel plan: enumerate, prune (memory, closed form), simulate the best; "
+                        "on a `job: rl` file the best placement, pool split, rollout tp and staleness")
     se.add_argument("scenario")
     se.add_argument("--objective", choices=("step_time", "tokens_per_s", "cost"), default="step_time",
                     help="cost: US$ per million tokens from the scenario's cost.price_per_device_hour")
@@ -126,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="plans whose peak is within this share of the usable memory rank after plans with headroom "
                          f"(default {search.MEMORY_MARGIN:g}; 0: by the objective alone)")
     se.add_argument("--out", metavar="DIR", help="write best.yaml (ready to run), search.csv, search.png")
+    se.add_argument("--json", action="store_true", help="`job: rl` files: print the search as one JSON object")
     se.set_defaults(fn=search.main)
     lst = sub.add_parser("list", help="list shipped devices, profiles, topologies, schedules, collectives, models")
     lst.add_argument("what", choices=("devices", "profiles", "topologies", "schedules", "collectives", "models"))

@@ -91,6 +91,16 @@ def chrome_trace(run: RLRun) -> dict:
     return {"traceEvents": ev, "displayTimeUnit": "ms"}
 
 
+def timeline_title(run: RLRun) -> str:
+    """What timeline.png shows: every simulated iteration of the placement, on one time axis, and
+    the steady-state step (a single iteration's bars are one step). Example: `job: 3 iterations,
+    colocated on 32 x NVIDIA H20 (steady-state step 108.120 s, first iteration left out)`."""
+    r = run.result
+    n = len(r.iterations)
+    steady = f"steady-state step {fmt_time(r.timing['step'])}" + (", first iteration left out" if n > 1 else "")
+    return f"{r.name}: {plural(n, 'iteration')}, {r.placement} on {r.devices} x {r.device} ({steady})"
+
+
 def timeline_figure(run: RLRun, title: str) -> Figure:
     """Pools (rows) x phases (coloured bars) over the simulated iterations."""
     import matplotlib
@@ -117,7 +127,7 @@ def _write_out(out: Path, args: argparse.Namespace, run: RLRun, wall: float) -> 
     write_atomic(out / "result.json", to_json(r.to_dict()).encode())
     write_atomic(out / "scenario.resolved.yaml", yaml.safe_dump(run.job.raw, sort_keys=False).encode())
     write_atomic(out / "trace.json", json.dumps(chrome_trace(run)).encode())
-    save_figure(timeline_figure(run, f"{r.name}: step {fmt_time(r.timing['step'])}"), out / "timeline.png", bbox_inches="tight")
+    save_figure(timeline_figure(run, timeline_title(run)), out / "timeline.png", bbox_inches="tight")
     write_atomic(out / "run_info.json", to_json({
         "simtrain_version": __version__, "python": platform.python_version(), "sim_wall_s": wall,
         "scenario_file": str(args.scenario), "overrides": list(args.set or ()),

@@ -11,7 +11,7 @@ from simtrain.cli.rl import is_rl_path
 from simtrain.results.io import check_out_dir, staged_dir, write_atomic
 from simtrain.results.report import write_report
 from simtrain.studies.compare import figure, run_variants, table, to_csv
-from simtrain.studies.rl_compare import rl_csv, rl_table, run_rl_variants
+from simtrain.studies.rl_compare import RLRow, rl_csv, rl_table, run_rl_variants
 from simtrain.studies.textable import terminal_width
 
 
@@ -48,6 +48,9 @@ def _compare_rl(args: argparse.Namespace) -> int:
             write_report(out, "compare", f"compare {Path(args.scenario).name} (RL iterations, steady state)", _facts(args))
         print(f"\n  wrote {args.out}/: compare.csv report.html")
     bad = [r for r in rows if r.error]
+    hint = rollout_devices_hint(rows)
+    if hint:
+        print(f"\n  hint: {hint}", file=sys.stderr)
     if bad:
         print(f"\n  {len(bad)} of {len(rows)} variants are invalid (see their rows)", file=sys.stderr)
         return 2
@@ -57,3 +60,15 @@ def _compare_rl(args: argparse.Namespace) -> int:
 def _facts(args: argparse.Namespace) -> list:
     """The lines report.html shows under its title: the scenario file and the --set arguments."""
     return [("scenario file", str(args.scenario)), ("--set", " ".join(args.set or ()) or "none")]
+
+
+def rollout_devices_hint(rows: list[RLRow]) -> str | None:
+    """What to write when a variant fails on placement.rollout_devices: the split placements need
+    the rollout pool's size and colocated takes none, so `placement.kind=colocated,split` alone
+    cannot load both."""
+    if not any(r.error and "placement.rollout_devices" in r.error for r in rows):
+        return None
+    return ("split, one_step_off and fully_async need placement.rollout_devices (the rollout pool, whole nodes) and "
+            "colocated takes none: vary the two keys together, e.g. `--set placement.kind+placement.rollout_devices="
+            "split+16,fully_async+16` on a colocated job (`simtrain run` gives its colocated row), or run "
+            "`simtrain search FILE`, which tries every placement and pool split")

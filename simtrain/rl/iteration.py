@@ -17,6 +17,17 @@ Placements (docs/reference/verl-config.md):
 timing_s/gen is the generation's makespan, except under fully_async, where it is the trainer's wait
 for a batch (the generation itself runs all the time). Steady-state means leave out the first iteration when there are several (warm-up: nothing overlaps
 yet). Iteration k samples its lengths with numpy.random.default_rng([seed, k]).
+
+Throughput (perf/throughput, perf/total_num_tokens) counts, for every placement, the tokens of the
+batch sampled for iteration k (train_batch_size prompts x n responses, prompt + response) over
+that iteration's step: what the rollout produces per step in steady state. Under fully_async the
+trainer takes the groups that finish first, which inside the simulated window are the shorter ones
+(the longest are still generating when the window ends), so the batch it trains is not that
+batch; counting what it trains would report fewer tokens per step than one_step_off on the same
+job, though in steady state every group is trained once.
+
+`simulate_rl(job, cache)`: a SimCache shares the training-pass simulations (by pool size) and
+the generations (by engine and requests) between the jobs of one search.
 """
 from __future__ import annotations
 
@@ -70,6 +81,33 @@ class RLResult:
         return d
 
 
+class SimCache:
+    """Simulations shared by jobs built from one job tree (same model, device and cluster) that
+    differ in placement, pool split, rollout tp or staleness (simtrain.studies.rl_search):
+      passes       a PassCache per training pool size (a role's template depends on its pool only)
+      generations  GenerationResults by (engine, prompts, responses, arrivals); the synchronous
+                   placements on the same rollout pool and tp generate the same batches."""
+
+    def __init__(self) -> None:
+        self.passes: dict[int, ph.PassCache] = {}
+        self.generations: dict[tuple, GenerationResult] = {}
+        self.generation_runs = 0
+
+    def pass_cache(self, job: RLJob) -> ph.PassCache:
+        pool = job.total_devices if job.placement == "colocated" else job.train_devices
+        return self.passes.setdefault(pool, ph.PassCache())
+
+    def generate(self, job: RLJob, prompts: np.ndarray, responses: np.ndarray, arrivals: np.ndarray | None) -> GenerationResult:
+        arr = arrivals if arrivals is not None else np.zeros(len(prompts))
+        key = (job.engine, prompts.tobytes(), responses.tobytes(), np.asarray(arr, dtype=float).tobytes())
+        hit = self.generations.get(key)
+        if hit is None:
+            hit = _simulate_generation(job, prompts, responses, arr)
+            self.generations[key] = hit
+            self.generation_runs += 1
+        return hit
+
+
 @dataclass
 class RLRun:
     result: RLResult
@@ -85,7 +123,7 @@ def _sample(job: RLJob, k: int) -> tuple[np.ndarray, np.ndarray]:
     return prompts, responses
 
 
-def _generate(job: RLJob, prompts: np.ndarray, responses: np.ndarray, arrivals: np.ndarray | None = None) -> GenerationResult:
+def _simulate_generation(job: RLJob, prompts: np.ndarray, responses: np.ndarray, arrivals: np.ndarray | None = None) -> GenerationResult:
     a = job.roles["actor"]
     dev = get_device(a.scenario.cluster.device)
     arr = arrivals if arrivals is not None else np.zeros(len(prompts))
@@ -96,9 +134,10 @@ def _generate(job: RLJob, prompts: np.ndarray, responses: np.ndarray, arrivals: 
 class _Costs:
     """The per-iteration training phases and the (shape-independent) weight update."""
 
-    def __init__(self, job: RLJob) -> None:
+    def __init__(self, job: RLJob, cache: SimCache) -> None:
         self.job = job
-        self.cache = ph.PassCache()
+        self.sims = cache
+        self.cache = cache.pass_cache(job)
         self.dev = get_device(job.roles["actor"].scenario.cluster.device)
         self._sync: tuple | None = None
         self.statics: dict[str, ph.PassCost] = {}
@@ -194,32 +233,39 @@ def _phase_seq(t: dict[str, float]) -> list[tuple[str, float]]:
     return [(p, t[p]) for p in TRAIN_PHASES if p in t]
 
 
-def simulate_rl(job: RLJob) -> RLRun:
-    """Simulates job.iterations iterations of the job's placement (see the module docstring)."""
-    costs = _Costs(job)
+def simulate_rl(job: RLJob, cache: SimCache | None = None) -> RLRun:
+    """Simulates job.iterations iterations of the job's placement (see the module docstring);
+    `cache`: simulations shared with other jobs of the same tree (a fresh one by default)."""
+    costs = _Costs(job, cache if cache is not None else SimCache())
+    sims0 = costs.cache.simulations
     spans: list[tuple[str, str, int, float, float]] = []
     iters: list[dict] = []
     preempt = 0
     last_gen = None
     peaks_all: dict[str, float] = {}
     I = job.iterations
-    samples = [_sample(job, k) for k in range(I if job.placement != "fully_async" else I + job.staleness)]
+    # one_step_off: the update of the last iteration waits for the generation of the next batch
+    # (started on the weights before it), so that batch is sampled and generated too
+    extra = {"fully_async": job.staleness, "one_step_off": 1}.get(job.placement, 0)
+    samples = [_sample(job, k) for k in range(I + extra)]
     rpool = "actor_rollout" if job.placement == "colocated" else "rollout"
     tpool = "actor_rollout" if job.placement == "colocated" else "train"
 
     def record(k: int, seqs: np.ndarray, resp: np.ndarray, gen_s: float, t: dict, sync_s: float, step: float) -> None:
+        # tokens of the batch sampled for iteration k whatever the placement trains (module docstring)
+        tokens = float((samples[k][0] + samples[k][1]).sum())
         row = {"iteration": k, "timing_s/gen": gen_s, **{f"timing_s/{p}": v for p, v in t.items()},
-               "timing_s/update_weights": sync_s, "timing_s/step": step,
-               "perf/throughput": float(seqs.sum()) / step / job.total_devices if step else 0.0,
+               "timing_s/update_weights": sync_s, "timing_s/step": step, "perf/total_num_tokens": tokens,
+               "perf/throughput": tokens / step / job.total_devices if step else 0.0,
                "response_length/mean": float(resp.mean()), "response_length/max": float(resp.max()),
                "response_length/clip_ratio": float((resp >= job.max_response_length).mean())}
         iters.append(row)
 
     if job.placement in ("colocated", "split", "one_step_off"):
         gens = []
-        for k in range(I):
+        for k in range(len(samples)):
             p, r = samples[k]
-            g = _generate(job, p, r)
+            g = costs.sims.generate(job, p, r, None)
             gens.append(g)
             preempt += g.preemptions
         now = 0.0
@@ -259,7 +305,9 @@ def simulate_rl(job: RLJob) -> RLRun:
                 for q, v in _phase_seq(t):
                     spans.append((tpool, q, k, cur, cur + v))
                     cur += v
-                nxt_gen_end = ts + gens[k + 1].makespan_s if k + 1 < I else ts
+                nxt_gen_end = ts + gens[k + 1].makespan_s
+                if k + 1 == I:        # the batch after the window, generated while the last one trains
+                    spans.append((rpool, "gen", I, ts, nxt_gen_end))
                 ss = max(cur, nxt_gen_end)
                 spans.append((tpool, "update_weights", k, ss, ss + sync_s))
                 spans.append((rpool, "update_weights", k, ss, ss + sync_s))
@@ -283,13 +331,21 @@ def simulate_rl(job: RLJob) -> RLRun:
     all_resp = np.concatenate([samples[i][1] for i in range(len(iters))])
     res = RLResult(
         name=job.name, placement=job.placement, device=costs.dev.name, devices=job.total_devices, timing=timing,
-        throughput=mean("perf/throughput"), response_length_mean=mean("response_length/mean"),
+        throughput=_ratio(steady, job.total_devices), response_length_mean=mean("response_length/mean"),
         response_length_max=float(max(row["response_length/max"] for row in steady)),
         clip_ratio=mean("response_length/clip_ratio"), pools=pools, memory=mem, memory_detail=detail,
         iterations=iters, preemptions=preempt,
         notes=sorted(set(notes) | {"a packed micro batch is costed as sequences of its mean length (attention per sequence)"}))
     del all_resp
-    return RLRun(res, spans, job, costs.cache.simulations)
+    return RLRun(res, spans, job, costs.cache.simulations - sims0)
+
+
+def _ratio(rows: list[dict], devices: int) -> float:
+    """Tokens per second per device over the steady-state iterations: their tokens over their
+    time (not the mean of the iterations' ratios, which weighs a short step as much as a long
+    one), so that tokens/s x step x devices is the tokens of a mean iteration."""
+    t = sum(row["timing_s/step"] for row in rows)
+    return sum(row["perf/total_num_tokens"] for row in rows) / t / devices if t else 0.0
 
 
 def _union(iv: list[tuple[float, float]]) -> float:
@@ -318,7 +374,7 @@ def _fully_async(job: RLJob, costs: _Costs, samples: list, spans: list, record) 
     arrivals = np.zeros(len(prompts))
     g = None
     for _ in range(FIXED_POINT_ROUNDS):
-        g = _generate(job, prompts, resp, arrivals)
+        g = costs.sims.generate(job, prompts, resp, arrivals)
         group_finish = g.finish_s.reshape(-1, n).max(axis=1)
         order = np.argsort(group_finish, kind="stable")
         spans_try: list = []

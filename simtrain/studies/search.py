@@ -52,6 +52,7 @@ from simtrain.schedules import SCHEDULES, Schedule, schedule_for
 from simtrain.spec.files import TreeError, load_yaml, parse_yaml
 from simtrain.spec.loading import apply_overrides, build_scenario, load_scenario
 from simtrain.spec.scenario import Scenario
+from simtrain.studies import rl_search
 from simtrain.studies.estimate import estimate
 from simtrain.studies.runner import Point, run_factors
 from simtrain.units import fmt_bytes, fmt_time
@@ -643,6 +644,10 @@ def _int_list(text: str, what: str) -> list:
 
 def main(args: argparse.Namespace) -> int:
     path = Path(args.scenario)
+    if rl_search.is_rl_job_file(path):          # placement, pool split, rollout tp, staleness
+        return rl_search.main(args)
+    if getattr(args, "json", False):
+        raise ConfigError([Problem("--json", "", "a plan search prints a table", "leave out --json (it is for `job: rl` files), or use --out DIR for search.csv")])
     if args.max_candidates < 1 or args.top < 1:
         raise ConfigError([Problem("--max-candidates" if args.max_candidates < 1 else "--top", "", "must be >= 1", "give a whole number >= 1")])
     nodes = _int_list(args.nodes, "--nodes") if args.nodes else None
