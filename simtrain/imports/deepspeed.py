@@ -89,7 +89,7 @@ def to_tree(file: str, cfg: dict[str, Any], opts: Options, errs: Collector, out_
         if mb and gb and gas and gb != mb * gas * dp:
             errs.add("train_batch_size", f"{gb} != micro batch x gradient_accumulation_steps x dp = {mb} x {gas} x {dp}",
                      "make the three agree (DeepSpeed refuses the config otherwise)")
-        if mb and gb and gb % (mb * dp):
+        elif mb and gb and gb % (mb * dp):
             errs.add("train_batch_size", f"{gb} is not divisible by micro batch x dp = {mb} x {dp}", f"use a multiple of {mb * dp}")
         if mb is None and gb and not gas:
             mb = gb // dp if gb % dp == 0 else None       # gradient accumulation 1 (DeepSpeed's default)

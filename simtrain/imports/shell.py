@@ -181,7 +181,10 @@ class Shell:
                 return
             parts = value.split()
             if not parts:
-                cur_unset.update(u)
+                if u and not started and not cur:
+                    out.append(Word("", frozenset(u)))   # an unset value stays visible to the caller
+                else:
+                    cur_unset.update(u)
                 return
             if value[:1].isspace():
                 flush()
@@ -415,7 +418,7 @@ def run_script(text: str, is_launch: object, env: dict[str, str] | None = None) 
     while queue:
         line = queue.pop(0)
         # `a; b` on one line (not inside an array or [[ ]])
-        pieces = _split_top(line, ";") if ";" in line and not _ASSIGN.match(line) else [line]
+        pieces = _split_top(line, ";") if ";" in line and "=(" not in line else [line]
         if len(pieces) > 1 and not line.startswith(("if ", "elif ")):
             queue[:0] = [p for p in pieces if p]
             continue

@@ -131,6 +131,8 @@ def to_tree(file: str, cfg: dict[str, Any], opts: Options, errs: Collector, out_
         else:
             f.refuse(T + "mixed_precision_param", f"{mp!r} training is not modelled", "use bfloat16 (or pass --precision)")
     f.use(T + "mixed_precision_reduce")
+    # torchtitan's defaults without an [activation_checkpoint] table: selective, every 2nd layer
+    default = not f.has("activation_checkpoint.mode") and not f.has("activation_checkpoint.selective_ac_option")
     mode = f.take("activation_checkpoint.mode", "selective")
     opt = f.take("activation_checkpoint.selective_ac_option", "2")
     recompute = {"none": "none", "full": "full"}.get(str(mode))
@@ -140,8 +142,9 @@ def to_tree(file: str, cfg: dict[str, Any], opts: Options, errs: Collector, out_
         elif str(opt) == "1":
             recompute = "full"      # every layer checkpointed whole
         else:
-            f.refuse("activation_checkpoint.selective_ac_option", f"checkpointing every {opt}-th layer is not modelled",
-                     'use "op" (selective) or mode = "full"')
+            f.refuse("activation_checkpoint.selective_ac_option", f"checkpointing every {opt}-th layer is not modelled"
+                     + (" (torchtitan's default without an [activation_checkpoint] table)" if default else ""),
+                     'set [activation_checkpoint] mode = "none", "full", or "selective" with selective_ac_option = "op"')
     elif recompute is None:
         f.refuse("activation_checkpoint.mode", f"unknown mode {mode!r}", "use none, selective or full")
     if f.take("compile.enable"):
