@@ -6,6 +6,7 @@ file + rename), so an interrupted run leaves no half-written file behind.
 
     run.py      simtrain run (the step summary, --json, --out files)
     inspect.py  simtrain check, schedule, list
+    imports.py  simtrain import (Megatron-LM, DeepSpeed, torchtitan, verl configs), simtrain export megatron
     study.py    simtrain compare; sweep, search, reliability and bench/calibrate are the `main`
                 of their modules
 """

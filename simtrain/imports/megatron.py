@@ -207,7 +207,7 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
             errs.add("--pipeline-model-parallel-size" if pp > 1 else "--tensor-model-parallel-size",
                      f"tp x pp x cp = {tp} x {pp} x {cp} = {tp * pp * cp} does not divide the world size {world}"
                      + ("" if opts.world_size else " (torchrun --nnodes x --nproc-per-node)"),
-                     f"pass --world-size N (a multiple of {tp * pp * cp}) or change the script's node count")
+                     f"pass --world-size N (a multiple of {tp * pp * cp}; simtrain run: --set cluster.nodes=N) or change the script's node count")
         else:
             dp = world // (tp * pp * cp)
             par["dp"] = dp
