@@ -136,6 +136,30 @@ def test_pipeline_layout():
     assert megatron.layout_stages("Et*3|(tt|)*2,t|L", "f", Collector("f")) == [3, 2, 2, 1, 0]
 
 
+def test_layout_sets_the_stages(tmp_path):
+    """--pipeline-model-parallel-layout with 4 stages on pp 2: 2 virtual stages per rank, layer counts
+    as written (E and L ride on the first and last stage)."""
+    args = ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*3|t*3|t|t*1L --num-layers 8 "
+            "--hidden-size 256 --num-attention-heads 4 --ffn-hidden-size 1024 --seq-length 512 --micro-batch-size 1 "
+            "--global-batch-size 16 --vocab-size 1000 --bf16")
+    t = run_import(tmp_path, "megatron", "--args", args, "--world-size", "8", *H100)
+    assert t["parallel"]["layers_per_stage"] == [3, 3, 1, 1] and t["parallel"]["vpp"] == 2
+
+
+def test_run_and_export_from_the_command_line(tmp_path, capsys):
+    """`simtrain run` on the 8B TOML: 8 nodes x 8 = 64 devices, dp 64, global 1 x 64 = 64;
+    `simtrain export megatron` prints arguments that carry the scenario's tp."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["run", str(DATA / "torchtitan" / "llama3_8b.toml"), "--json", "--set", "cluster.topology=dgx-h100",
+                     "--set", "cluster.device=h100-sxm5-80gb", "--set", "cluster.nodes=8"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["num_devices"] == 64 and r["num_microbatches"] == 1
+    assert main(["export", "megatron", str(ROOT / "scenarios" / "llama3-8b-h200-64.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "--tensor-model-parallel-size 2" in out and "--global-batch-size 512" in out
+
+
 def test_export_round_trip(tmp_path):
     """scenario -> `simtrain export megatron` -> `simtrain import megatron` gives the same resolved scenario
     (the shipped Mixtral scenario: MoE, ep, pp, selective recompute, ZeRO 1)."""

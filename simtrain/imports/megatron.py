@@ -120,6 +120,8 @@ def read_args(file: str, text: str, opts: Options, errs: Collector) -> tuple[dic
     world = None
     if launcher:
         nn, npn = launcher.get("--nnodes"), launcher.get("--nproc-per-node")
+        if nn is None and npn is None:                  # the deepspeed launcher's spelling
+            nn, npn = launcher.get("--num-nodes"), launcher.get("--num-gpus")
         if nn is not None and npn is not None and not nn.unset and not npn.unset:
             try:
                 lo = int(nn.text.split(":")[-1])
@@ -236,8 +238,17 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
     if layout is not None:
         f.take("--pipeline-model-parallel-layout")
         stages = layout_stages(str(layout), file, errs)
-        if stages is not None:
-            par["layers_per_stage"] = stages
+        if stages is not None and pp:
+            if 0 in stages:
+                errs.add("--pipeline-model-parallel-layout", f"stage {stages.index(0)} holds no transformer layer "
+                         "(simtrain's stages hold at least one)", "give every stage at least one t")
+            elif len(stages) % pp or (vpp and len(stages) != pp * vpp):
+                errs.add("--pipeline-model-parallel-layout", f"{len(stages)} stages for pp {pp}"
+                         + (f" x vpp {vpp}" if vpp else ""), "give pp x (virtual stages per rank) stages")
+            else:
+                par["layers_per_stage"] = stages
+                if len(stages) > pp:                 # the layout sets the virtual stages per rank
+                    par["schedule"], par["vpp"] = "interleaved_1f1b", len(stages) // pp
     first = _int(f, "--decoder-first-pipeline-num-layers")
     last = _int(f, "--decoder-last-pipeline-num-layers")
     if first is not None:
