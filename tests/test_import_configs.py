@@ -205,6 +205,27 @@ def test_deepspeed_train_batch_with_accumulation(tmp_path):
     assert t["parallel"]["zero_stage"] == 1 and t["training"]["precision"] == "fp16"
 
 
+def test_deepspeed_zero3_example_with_flags(tmp_path):
+    """ds_config_z3.json says only stage 3 and micro "auto": --micro-batch-size 1 and --precision bf16
+    complete it; overlap_comm absent at stage 3 is on (DeepSpeed's stage-3 default), for gradients and
+    parameter gathering alike; dp 16, global 1 x 1 x 16 = 16."""
+    t = run_import(tmp_path, "deepspeed", str(DATA / "deepspeed" / "ds_config_z3.json"), "--model", "llama3-8b",
+                   "--world-size", "16", "--seq-length", "2048", "--micro-batch-size", "1", "--precision", "bf16", *H100)
+    assert t["parallel"]["zero_stage"] == 3 and t["parallel"]["overlap_grad_reduce"] is True
+    assert t["parallel"]["overlap_param_gather"] is True
+    assert t["training"]["global_batch_size"] == 16 and t["training"]["precision"] == "bf16"
+
+
+def test_deepspeed_other_auto_values_are_reported(tmp_path):
+    f = tmp_path / "ds.json"
+    f.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                             "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto"}}))
+    with pytest.warns(UserWarning, match=r'2 "auto" values .* zero_optimization\.reduce_bucket_size, '
+                                         r"zero_optimization\.stage3_prefetch_bucket_size"):
+        import_files("deepspeed", [str(f)], Options(topology="dgx-h100", device="h100-sxm5-80gb", world_size=8, seq_length=1024,
+                                                    model="llama3-8b"), tmp_path / "s.yaml")
+
+
 # -- torchtitan -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("flavor,local,tp,recompute,prec", [

@@ -22,6 +22,8 @@ from simtrain.imports.common import Fields, Options, cluster_section, drop_none,
 
 # deepspeed/runtime/zero/config.py: reduce_bucket_size default 5e8 elements
 DEFAULT_BUCKET = 500_000_000
+_RESOLVED_AUTO = {"train_micro_batch_size_per_gpu", "train_batch_size", "gradient_accumulation_steps", "bf16.enabled",
+                  "fp16.enabled"}
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -59,6 +61,8 @@ def _whole(f: Fields, name: str, v: Any) -> int | None:
 
 def to_tree(file: str, cfg: dict[str, Any], opts: Options, errs: Collector, out_dir: Path) -> dict[str, Any]:
     f = Fields(file, flatten(cfg), errs)
+    # "auto" values the Trainer fills at run time beyond the batch sizes and precision resolved below
+    autos = sorted(k for k, v in f.values.items() if v == "auto" and k not in _RESOLVED_AUTO)
     world = opts.world_size
     tp = _whole(f, "tensor_parallel.autotp_size", f.take("tensor_parallel.autotp_size", 1)) or 1
     dp = None
@@ -148,6 +152,10 @@ def to_tree(file: str, cfg: dict[str, Any], opts: Options, errs: Collector, out_
         errs.add("--seq-length", "a DeepSpeed config does not give the training sequence length", "pass --seq-length N")
     training = {"micro_batch_size": mb, "global_batch_size": gb, "precision": prec, "recompute": opts.recompute or "none"}
     cluster = cluster_section(opts, world, errs, "--world-size")
+    if autos:
+        warnings.warn(f"{file}: {len(autos)} \"auto\" values (filled by the Hugging Face Trainer at run time) were "
+                      "taken as DeepSpeed's defaults: " + ", ".join(autos), stacklevel=2)
+        f.use(*autos)                             # reported here, not again among the ignored
     f.warn_ignored("fields")
     return drop_none({"name": opts.name or Path(file).stem, "model": model, "training": training, "parallel": par,
                       "cluster": cluster})

@@ -41,9 +41,7 @@ _REFUSED = {
     "--mtp-num-layers": "multi-token prediction layers are not modelled",
     "--hybrid-override-pattern": "hybrid (Mamba) layer stacks are not modelled",
     "--encoder-num-layers": "encoder-decoder models are not modelled",
-    "--moe-token-dispatcher-type": "",       # checked below: flex is refused
     "--recompute-modules": "recomputation of a chosen set of modules is not modelled (selective recomputes attention)",
-    "--num-experts": "",
 }
 
 
@@ -372,9 +370,8 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
                      f"set --recompute-num-layers {per_stage} (all layers) or drop full recomputation")
     elif gran is not None:
         errs.add("--recompute-granularity", f"unknown granularity {gran!r}", "use full or selective")
+    f.use("--use-flash-attn")                 # flash attention is also the default (--attention-backend auto)
     flash = True
-    if _flag(f, "--use-flash-attn"):
-        flash = True
     backend = _value(f, "--attention-backend")
     if backend is not None:
         f.take("--attention-backend")
@@ -383,7 +380,7 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
                 "flash_attention": flash}
 
     for name, why in _REFUSED.items():
-        if why and f.has(name) and name not in f.used and f.values[name] not in (None, False, "0"):
+        if f.has(name) and name not in f.used and f.values[name] not in (None, False, "0"):
             f.refuse(name, why, f"remove {name} (simtrain cannot simulate it)")
     cluster = cluster_section(opts, world, errs, world_from)
     for n in notes:
