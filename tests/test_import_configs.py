@@ -342,6 +342,18 @@ def test_broken_file_gives_one_clear_error(tmp_path, case):
     assert case.words in p.problem and p.fix
 
 
+def test_env_sets_a_variable_the_script_reads(tmp_path):
+    """`--env TP=2`: the script's $TP is 2, so dp = 8 / 2 = 4 (the same script without it: the
+    unset-variable case above)."""
+    f = tmp_path / "t.sh"
+    f.write_text(BAD[0].text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = import_files("megatron", [str(f)], Options(topology="dgx-h100", device="h100-sxm5-80gb", env={"TP": "2"}),
+                         tmp_path / "s.yaml")
+    assert t["parallel"]["tp"] == 2 and t["parallel"]["dp"] == 4
+
+
 def test_missing_cluster_flags_are_named(tmp_path):
     with warnings.catch_warnings(), pytest.raises(ConfigError) as e:
         warnings.simplefilter("ignore")
