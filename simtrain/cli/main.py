@@ -6,6 +6,7 @@ file + rename), so an interrupted run leaves no half-written file behind.
 
     run.py      simtrain run (the step summary, --json, --out files)
     inspect.py  simtrain check, schedule, list
+    imports.py  simtrain import (Megatron-LM, DeepSpeed, torchtitan, verl configs), simtrain export megatron
     study.py    simtrain compare; sweep, search, reliability and bench/calibrate are the `main`
                 of their modules
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from simtrain import __version__, progress
 from simtrain.calibration import bench, fit
+from simtrain.cli import imports as imports_cli
 from simtrain.cli import schema as schema_cli
 from simtrain.cli import validate
 from simtrain.cli.inspect import cmd_check, cmd_list, cmd_schedule
@@ -133,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("what", choices=("devices", "profiles", "topologies", "schedules", "collectives", "models"))
     lst.set_defaults(fn=cmd_list)
     schema_cli.add_parser(sub)
+    imports_cli.register(sub)
     validate.register(sub)
     # every command that reads a scenario takes --set with one meaning (simtrain.spec.overrides)
     add_set_option(b, "override a key of the --for scenario, as in `run` (repeatable)")

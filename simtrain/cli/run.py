@@ -12,6 +12,7 @@ import yaml
 from simtrain import __version__
 from simtrain.cli.rl import cmd_run_rl, is_rl_path
 from simtrain.hardware.topology import Topology
+from simtrain.imports.dispatch import load_foreign
 from simtrain.results.figures import timeline_png
 from simtrain.results.io import check_out_dir, staged_dir, to_json, write_atomic
 from simtrain.results.report import write_report
@@ -24,8 +25,9 @@ from simtrain.units import fmt_bytes, fmt_time
 
 
 def load(args: argparse.Namespace) -> tuple[Scenario, Topology]:
-    """The command's scenario with its `--set` overrides."""
-    return load_scenario(args.scenario, args.set or ())
+    """The command's scenario with its `--set` overrides; a Megatron script, DeepSpeed JSON or
+    torchtitan TOML is imported on the way (simtrain.imports)."""
+    return load_foreign(args.scenario, list(args.set or ())) or load_scenario(args.scenario, args.set or ())
 
 
 def summary(r: StepResult, wall: float, sc: Scenario) -> str:

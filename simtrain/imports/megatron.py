@@ -1,0 +1,468 @@
+"""Megatron-LM arguments -> a scenario tree.
+
+Input: a launch script (bash; the `torchrun ... pretrain_gpt.py ARGS` line is found and its
+variables, arrays and continuations are evaluated by simtrain.imports.shell) or a plain argument
+string. The world size is torchrun's `--nnodes` x `--nproc-per-node` (or `--world-size`).
+
+Derived as Megatron derives them (megatron/training/arguments.py):
+- dp = world / (tp x pp x cp);
+- microbatches per step = global batch / (micro batch x dp); without --global-batch-size
+  the global batch is micro batch x dp;
+- --num-layers-per-virtual-pipeline-stage n: model chunks per rank = num_layers / (pp x n);
+- --ffn-hidden-size defaults to 4 x hidden (with --swiglu: int(8 x hidden / 3 / 64) x 64);
+- --num-query-groups counts only with --group-query-attention;
+- the expert tensor-parallel size defaults to the tensor-parallel size;
+- the input and output embeddings are tied unless --untie-embeddings-and-output-weights;
+- gradient reduction and parameter gathering are overlapped only when asked
+  (--overlap-grad-reduce, --overlap-param-gather).
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import warnings
+from pathlib import Path
+from typing import Any
+
+from simtrain.errors import Collector
+from simtrain.imports.common import Fields, Options, cluster_section, drop_none, model_section
+from simtrain.imports.shell import Script, ShellError, Word, run_script
+
+# flags that take no value (store_true / store_false in Megatron's argument parser); every
+# other `--name` takes the words up to the next `--name`
+_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed")
+# GPT-2's BPE vocabulary (openai/gpt-2 encoder.json: 50,257 tokens)
+GPT2_VOCAB = 50257
+
+# arguments whose effect simtrain cannot express: importing without them changes the answer
+_REFUSED = {
+    "--cpu-offloading": "activation offloading to the host is not modelled",
+    "--optimizer-cpu-offload": "optimizer offloading to the host is not modelled",
+    "--mtp-num-layers": "multi-token prediction layers are not modelled",
+    "--hybrid-override-pattern": "hybrid (Mamba) layer stacks are not modelled",
+    "--encoder-num-layers": "encoder-decoder models are not modelled",
+    "--recompute-modules": "recomputation of a chosen set of modules is not modelled (selective recomputes attention)",
+}
+
+
+def is_launch(words: list[Word]) -> bool:
+    """A command that starts training: a launcher, or python running a *.py with arguments."""
+    texts = [w.text for w in words]
+    if not texts:
+        return False
+    if Path(texts[0]).name in _LAUNCHERS or any(t in _LAUNCHERS for t in texts[:4]):
+        return any(t.endswith(".py") for t in texts)
+    return Path(texts[0]).name.startswith("python") and any(t.endswith(".py") for t in texts[1:3])
+
+
+def split_launch(words: list[Word]) -> tuple[dict[str, Word | None], list[Word]]:
+    """(launcher options, the training script's arguments)."""
+    at = next(i for i, w in enumerate(words) if w.text.endswith(".py"))
+    launcher = _options(words[:at])
+    return launcher, words[at + 1:]
+
+
+def _options(words: list[Word]) -> dict[str, Word | None]:
+    """`--name value` / `--name=value` / `--flag` pairs (names with `_` read as `-`)."""
+    out: dict[str, Word | None] = {}
+    i = 0
+    while i < len(words):
+        t = words[i].text
+        if t.startswith("--"):
+            name, eq, val = t.partition("=")
+            name = name.replace("_", "-")
+            if eq:
+                out[name] = Word(val, words[i].unset)
+                i += 1
+                continue
+            vals = []
+            j = i + 1
+            while j < len(words) and not (words[j].text.startswith("--") and len(words[j].text) > 2):
+                vals.append(words[j])
+                j += 1
+            out[name] = None if not vals else Word(" ".join(v.text for v in vals),
+                                                  frozenset().union(*(v.unset for v in vals)))
+            i = j
+        else:
+            i += 1
+    return out
+
+
+def read_args(file: str, text: str, opts: Options, errs: Collector) -> tuple[dict[str, Any], int | None, list[str]]:
+    """(the training arguments by name, the launcher's world size, notes) of a script or argument string."""
+    notes: list[str] = []
+    script: Script | None = None
+    try:
+        if re.search(r"(^|\s)--[a-z]", text) and not re.search(r"(torchrun|python|deepspeed|\.py)\b", text):
+            words = [Word(t) for t in shlex.split(text, comments=True)]
+            launcher, args = {}, words
+        else:
+            script = run_script(text, is_launch, opts.env)
+            if script is None:
+                errs.add("(script)", "no launch command found (torchrun / python -m torch.distributed.run / python ... .py)",
+                         "point at the script that starts training, or give the arguments alone")
+                return {}, None, notes
+            launcher, args = split_launch(script.words)
+            notes += script.notes
+    except (ShellError, ValueError) as e:
+        errs.add("(script)", f"cannot follow the script: {e}", "give the training arguments as a plain argument string")
+        return {}, None, notes
+    parsed = _options(args)
+    values: dict[str, Any] = {}
+    for k, w in parsed.items():
+        if w is not None and w.unset:
+            names = ", ".join(sorted(n if n.startswith("$") else "$" + n for n in w.unset))
+            values[k] = _Unset(names)
+        else:
+            values[k] = True if w is None else w.text
+    world = None
+    if launcher:
+        nn, npn = launcher.get("--nnodes"), launcher.get("--nproc-per-node")
+        if nn is None and npn is None:                  # the deepspeed launcher's spelling
+            nn, npn = launcher.get("--num-nodes"), launcher.get("--num-gpus")
+        if nn is not None and npn is not None and not nn.unset and not npn.unset:
+            try:
+                lo = int(nn.text.split(":")[-1])
+                world = lo * int(npn.text)
+            except ValueError:
+                notes.append(f"torchrun's --nnodes {nn.text} / --nproc-per-node {npn.text} are not numbers")
+    return values, world, notes
+
+
+class _Unset(str):
+    """A value built from shell variables the script never sets."""
+
+
+def _value(f: Fields, name: str) -> Any:
+    v = f.values.get(name)
+    if isinstance(v, _Unset):
+        f.refuse(name, f"the script leaves {v} unset", f"assign it in the script or pass --env {str(v).split(',')[0].lstrip('$')}=VALUE")
+        f.values[name] = None
+    return f.values.get(name)
+
+
+def _int(f: Fields, name: str, default: int | None = None, lo: int = 1) -> int | None:
+    if _value(f, name) is None:
+        f.use(name)
+        return default
+    return f.integer(name, default, lo)
+
+
+def _flag(f: Fields, name: str) -> bool:
+    v = f.take(name)
+    return v is not None and v is not False
+
+
+def layout_stages(layout: str, file: str, errs: Collector) -> list[int] | None:
+    """--pipeline-model-parallel-layout (`Et*3|(tt|)*29,m|L`): transformer layers of each stage.
+    `E` (embedding) and `L` (loss) hold no transformer layer; `t` is one; `m` (an MTP layer) is refused."""
+    s = layout.replace(" ", "").replace(",", "")
+    try:
+        for _ in range(50):          # expand innermost (...)*n and x*n
+            new = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+            new = re.sub(r"([A-Za-z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), new)
+            if new == s:
+                break
+            s = new
+    except (OverflowError, MemoryError):
+        errs.add("--pipeline-model-parallel-layout", "the layout expands too far", "give a layout of at most a few thousand layers")
+        return None
+    if "m" in s:
+        errs.add("--pipeline-model-parallel-layout", "multi-token prediction layers (m) are not modelled", "remove the m entries")
+        return None
+    bad = set(s) - set("EtL|")
+    if bad:
+        errs.add("--pipeline-model-parallel-layout", f"cannot read {''.join(sorted(bad))!r} in {layout!r}",
+                 "use t (a transformer layer), E, L and | between stages")
+        return None
+    return [st.count("t") for st in s.split("|")]
+
+
+def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path) -> dict[str, Any]:
+    values, launcher_world, notes = read_args(file, text, opts, errs)
+    f = Fields(file, values, errs)
+    if not values:
+        return {}
+    world = opts.world_size or launcher_world
+    world_from = "--world-size" if opts.world_size else "--nnodes"
+
+    tp = _int(f, "--tensor-model-parallel-size", 1)
+    pp = _int(f, "--pipeline-model-parallel-size", 1)
+    cp = _int(f, "--context-parallel-size", 1)
+    ep = _int(f, "--expert-model-parallel-size", 1)
+    etp = _int(f, "--expert-tensor-parallel-size", None)
+    L = _int(f, "--num-layers")
+    h = _int(f, "--hidden-size")
+    heads = _int(f, "--num-attention-heads")
+    swiglu = _flag(f, "--swiglu")
+    seq = opts.seq_length or _int(f, "--seq-length")
+    mb = opts.micro_batch_size or _int(f, "--micro-batch-size", 1)
+    gb = opts.global_batch_size or _int(f, "--global-batch-size")
+
+    # -- parallel ------------------------------------------------------------------------
+    par: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp}
+    dp = None
+    if world is not None and tp and pp and cp:
+        if world % (tp * pp * cp):
+            errs.add("--pipeline-model-parallel-size" if pp > 1 else "--tensor-model-parallel-size",
+                     f"tp x pp x cp = {tp} x {pp} x {cp} = {tp * pp * cp} does not divide the world size {world}"
+                     + ("" if opts.world_size else " (torchrun --nnodes x --nproc-per-node)"),
+                     f"pass --world-size N (a multiple of {tp * pp * cp}; simtrain run: --set cluster.nodes=N) or change the script's node count")
+        else:
+            dp = world // (tp * pp * cp)
+            par["dp"] = dp
+    elif world is None:
+        errs.add("--world-size", "the world size is not given (no torchrun --nnodes / --nproc-per-node)",
+                 "pass --world-size N (all devices of the job)")
+    if _flag(f, "--sequence-parallel"):
+        par["sequence_parallel"] = True
+    vchunk = _int(f, "--num-layers-per-virtual-pipeline-stage")
+    vstages = _int(f, "--num-virtual-stages-per-pipeline-rank")
+    vpp = None
+    if vchunk and L and pp:
+        if L % (pp * vchunk):
+            errs.add("--num-layers-per-virtual-pipeline-stage", f"num_layers {L} is not divisible by pp x {vchunk} = {pp * vchunk}",
+                     "give a layer count per virtual stage that divides num_layers / pp")
+        else:
+            vpp = L // (pp * vchunk)
+    elif vstages:
+        vpp = vstages
+    if vpp and vpp > 1:
+        par["schedule"] = "interleaved_1f1b"
+        par["vpp"] = vpp
+    else:
+        par["schedule"] = "1f1b"
+    layout = _value(f, "--pipeline-model-parallel-layout")
+    if layout is not None:
+        f.take("--pipeline-model-parallel-layout")
+        stages = layout_stages(str(layout), file, errs)
+        if stages is not None and pp:
+            if 0 in stages:
+                errs.add("--pipeline-model-parallel-layout", f"stage {stages.index(0)} holds no transformer layer "
+                         "(simtrain's stages hold at least one)", "give every stage at least one t")
+            elif len(stages) % pp or (vpp and len(stages) != pp * vpp):
+                errs.add("--pipeline-model-parallel-layout", f"{len(stages)} stages for pp {pp}"
+                         + (f" x vpp {vpp}" if vpp else ""), "give pp x (virtual stages per rank) stages")
+            else:
+                par["layers_per_stage"] = stages
+                if len(stages) > pp:                 # the layout sets the virtual stages per rank
+                    par["schedule"], par["vpp"] = "interleaved_1f1b", len(stages) // pp
+    first = _int(f, "--decoder-first-pipeline-num-layers")
+    last = _int(f, "--decoder-last-pipeline-num-layers")
+    if first is not None:
+        par["first_stage_layers"] = first
+    if last is not None:
+        par["last_stage_layers"] = last
+    par["zero_stage"] = 1 if _flag(f, "--use-distributed-optimizer") else 0
+    par["overlap_grad_reduce"] = _flag(f, "--overlap-grad-reduce")
+    par["overlap_param_gather"] = _flag(f, "--overlap-param-gather")
+    f.use("--no-overlap-grad-reduce", "--no-overlap-param-gather")
+
+    # -- model ---------------------------------------------------------------------------
+    model = model_section(opts, seq, errs, out_dir)
+    experts = _int(f, "--num-experts")
+    if model is None:
+        ffn = _int(f, "--ffn-hidden-size")
+        if ffn is None and h:
+            ffn = int(8 * h / 3 / 64) * 64 if swiglu else 4 * h
+        gqa = _flag(f, "--group-query-attention")
+        groups = _int(f, "--num-query-groups")
+        kv = groups if gqa and groups else heads
+        vocab = opts.vocab_size or _int(f, "--vocab-size")
+        tok = _value(f, "--tokenizer-type")
+        if vocab is None and (tok == "GPT2BPETokenizer" or (tok is None and f.has("--merge-file"))):
+            vocab = GPT2_VOCAB
+            f.use("--tokenizer-type", "--merge-file", "--vocab-file")
+        if vocab is None:
+            errs.add("--vocab-size", "the vocabulary size is not in the arguments (Megatron reads it from the tokenizer at run time)",
+                     "pass --vocab-size N to simtrain import (GPT-2's BPE: 50257; Llama 3: 128256)")
+        for need, v in (("--num-layers", L), ("--hidden-size", h), ("--num-attention-heads", heads), ("--seq-length", seq)):
+            if v is None:
+                errs.add(need, "missing", f"add {need} to the arguments (or pass --model PRESET / --hf-config FILE)")
+        model = {"architecture": "llama" if swiglu else "gpt", "num_layers": L, "hidden_size": h, "num_attention_heads": heads,
+                 "num_key_value_heads": kv, "ffn_hidden_size": ffn, "vocab_size": vocab, "seq_length": seq,
+                 "tie_embeddings": not _flag(f, "--untie-embeddings-and-output-weights"),
+                 "make_vocab_size_divisible_by": _int(f, "--make-vocab-size-divisible-by")}
+        kvc = _int(f, "--kv-channels")
+        if kvc is not None and (not h or not heads or kvc != h // heads):
+            model["head_dim"] = kvc
+        # folded into `architecture` (gpt: learned positions, GeLU, LayerNorm; llama: RoPE, SwiGLU, RMSNorm)
+        f.use("--position-embedding-type", "--normalization", "--no-position-embedding", "--group-query-attention",
+              "--use-rotary-position-embeddings", "--tokenizer-type", "--vocab-file", "--merge-file", "--tokenizer-model")
+        if _flag(f, "--multi-latent-attention"):
+            mla = {"kv_lora_rank": _int(f, "--kv-lora-rank"), "q_lora_rank": _int(f, "--q-lora-rank"),
+                   "qk_nope_head_dim": _int(f, "--qk-head-dim"), "qk_rope_head_dim": _int(f, "--qk-pos-emb-head-dim"),
+                   "v_head_dim": _int(f, "--v-head-dim")}
+            model["mla"] = mla
+        if experts:
+            topk = _int(f, "--moe-router-topk", 2)
+            moe: dict[str, Any] = {"num_experts": experts, "top_k": topk,
+                                   "expert_ffn_hidden_size": _int(f, "--moe-ffn-hidden-size", ffn)}
+            shared = _int(f, "--moe-shared-expert-intermediate-size")
+            if shared:
+                moe["num_shared_experts"] = 1
+                moe["shared_expert_ffn_hidden_size"] = shared
+            freq = _value(f, "--moe-layer-freq")
+            if freq is not None:
+                f.take("--moe-layer-freq")
+                if str(freq).isdigit():
+                    moe["layer_freq"] = int(freq)
+                else:
+                    errs.add("--moe-layer-freq", f"a per-layer pattern {str(freq)[:40]!r} is not modelled", "give a whole number (every n-th layer)")
+            cap = _value(f, "--moe-expert-capacity-factor")
+            if cap is not None:
+                f.take("--moe-expert-capacity-factor")
+                try:
+                    moe["capacity_factor"] = float(cap)
+                except ValueError:
+                    errs.add("--moe-expert-capacity-factor", f"expected a number, got {cap!r}", "write e.g. 1.25")
+            disp = f.take("--moe-token-dispatcher-type")
+            if disp is not None:
+                if disp in ("alltoall", "allgather"):
+                    moe["dispatcher"] = disp
+                else:
+                    errs.add("--moe-token-dispatcher-type", f"dispatcher {disp!r} is not modelled", "use alltoall or allgather")
+            model["moe"] = moe
+    elif experts is not None:
+        f.use("--moe-router-topk", "--moe-ffn-hidden-size", "--moe-token-dispatcher-type")
+    if experts or (model.get("moe") if isinstance(model, dict) else None):
+        par["ep"] = ep
+        par["etp"] = etp if etp is not None else tp         # Megatron: expert tp defaults to tp
+    else:
+        if ep and ep > 1:
+            errs.add("--expert-model-parallel-size", f"ep {ep} without --num-experts", "remove it or add --num-experts")
+
+    # -- training ------------------------------------------------------------------------
+    if gb is None and mb and dp:
+        gb = mb * dp                                          # Megatron's default global batch
+    if gb and mb and dp and gb % (mb * dp):
+        errs.add("--global-batch-size", f"{gb} is not divisible by micro batch x dp = {mb} x {dp} = {mb * dp}",
+                 f"use a multiple of {mb * dp}")
+    prec = opts.precision
+    if prec is None:
+        fp8 = _value(f, "--fp8-format")
+        bf16, fp16 = _flag(f, "--bf16"), _flag(f, "--fp16")
+        if fp8 is not None:
+            f.take("--fp8-format")
+            prec = "fp8"
+        elif bf16:
+            prec = "bf16"
+        elif fp16:
+            prec = "fp16"
+        else:
+            errs.add("--bf16", "neither --bf16 nor --fp16 given: Megatron trains in fp32, which simtrain does not model",
+                     "add --bf16 (or --fp16) to the arguments, or pass --precision bf16")
+    f.use("--bf16", "--fp16")
+    gran = _value(f, "--recompute-granularity")
+    f.take("--recompute-granularity")
+    method = _value(f, "--recompute-method")
+    f.take("--recompute-method")
+    nrec = _int(f, "--recompute-num-layers")
+    recompute = "none"
+    if _flag(f, "--recompute-activations") or gran == "selective":
+        recompute = "selective"
+    elif gran == "full":
+        recompute = "full"
+        per_stage = L // (pp * (vpp or 1)) if L and pp else None
+        if method == "block" and nrec is not None and per_stage and nrec < per_stage:
+            errs.add("--recompute-num-layers", f"block recomputation of {nrec} of {per_stage} layers per stage is not modelled "
+                     "(simtrain recomputes all layers or none)",
+                     f"set --recompute-num-layers {per_stage} (all layers) or drop full recomputation")
+    elif gran is not None:
+        errs.add("--recompute-granularity", f"unknown granularity {gran!r}", "use full or selective")
+    f.use("--use-flash-attn")                 # flash attention is also the default (--attention-backend auto)
+    flash = True
+    backend = _value(f, "--attention-backend")
+    if backend is not None:
+        f.take("--attention-backend")
+        flash = str(backend) in ("flash", "fused", "auto")
+    training = {"micro_batch_size": mb, "global_batch_size": gb, "precision": prec, "recompute": recompute,
+                "flash_attention": flash}
+
+    for name, why in _REFUSED.items():
+        if f.has(name) and name not in f.used and f.values[name] not in (None, False, "0"):
+            f.refuse(name, why, f"remove {name} (simtrain cannot simulate it)")
+    cluster = cluster_section(opts, world, errs, world_from)
+    for n in notes:
+        errs_note(file, n)
+    f.warn_ignored("arguments")
+    name = opts.name or Path(file).stem
+    return drop_none({"name": name, "model": model, "training": training, "parallel": par, "cluster": cluster})
+
+
+def errs_note(file: str, note: str) -> None:
+    warnings.warn(f"{file}: {note}", stacklevel=2)
+
+
+def to_args(tree: dict[str, Any]) -> list[str]:
+    """A resolved scenario tree (`Scenario.resolved()`) as Megatron arguments (the exporter):
+    importing them with the same cluster gives the same scenario back."""
+    m, t, p = tree["model"], tree["training"], tree["parallel"]
+    a: list[str] = []
+
+    def add(flag: str, v: Any = None) -> None:
+        a.append(flag)
+        if v is not None:
+            a.append(str(v))
+
+    add("--num-layers", m["num_layers"])
+    add("--hidden-size", m["hidden_size"])
+    add("--num-attention-heads", m["num_attention_heads"])
+    if m.get("num_key_value_heads") and m["num_key_value_heads"] != m["num_attention_heads"]:
+        add("--group-query-attention")
+        add("--num-query-groups", m["num_key_value_heads"])
+    add("--ffn-hidden-size", m["ffn_hidden_size"])
+    add("--seq-length", m["seq_length"])
+    add("--vocab-size", m["vocab_size"])
+    add("--make-vocab-size-divisible-by", m.get("make_vocab_size_divisible_by", 128))
+    if m.get("head_dim") and m["head_dim"] != m["hidden_size"] // m["num_attention_heads"]:
+        add("--kv-channels", m["head_dim"])
+    if m.get("architecture") == "llama":
+        add("--swiglu")
+        add("--position-embedding-type", "rope")
+        add("--normalization", "RMSNorm")
+    if not m.get("tie_embeddings"):
+        add("--untie-embeddings-and-output-weights")
+    moe = m.get("moe")
+    if moe:
+        add("--num-experts", moe["num_experts"])
+        add("--moe-router-topk", moe["top_k"])
+        add("--moe-ffn-hidden-size", moe["expert_ffn_hidden_size"])
+        if moe.get("layer_freq", 1) != 1:
+            add("--moe-layer-freq", moe["layer_freq"])
+        if moe.get("capacity_factor") is not None:
+            add("--moe-expert-capacity-factor", moe["capacity_factor"])
+        add("--moe-token-dispatcher-type", moe.get("dispatcher", "alltoall"))
+        add("--expert-model-parallel-size", p.get("ep", 1))
+        add("--expert-tensor-parallel-size", p.get("etp", 1))
+    add("--tensor-model-parallel-size", p["tp"])
+    add("--pipeline-model-parallel-size", p["pp"])
+    add("--context-parallel-size", p.get("cp", 1))
+    if p.get("sequence_parallel"):
+        add("--sequence-parallel")
+    vpp = p.get("vpp") or 1
+    if p.get("schedule") == "interleaved_1f1b" and vpp > 1:
+        add("--num-layers-per-virtual-pipeline-stage", m["num_layers"] // (p["pp"] * vpp))
+    if p.get("first_stage_layers"):
+        add("--decoder-first-pipeline-num-layers", p["first_stage_layers"])
+    if p.get("last_stage_layers"):
+        add("--decoder-last-pipeline-num-layers", p["last_stage_layers"])
+    if p.get("zero_stage", 0) >= 1:
+        add("--use-distributed-optimizer")
+    if p.get("overlap_grad_reduce"):
+        add("--overlap-grad-reduce")
+    if p.get("overlap_param_gather"):
+        add("--overlap-param-gather")
+    add("--micro-batch-size", t["micro_batch_size"])
+    add("--global-batch-size", t["global_batch_size"])
+    prec = t.get("precision", "bf16")
+    add("--bf16") if prec in ("bf16", "fp8") else add("--fp16")
+    if prec == "fp8":
+        add("--fp8-format", "hybrid")
+    if t.get("recompute") in ("full", "selective"):
+        add("--recompute-granularity", t["recompute"])
+        if t["recompute"] == "full":
+            add("--recompute-method", "uniform")
+            add("--recompute-num-layers", 1)
+    add("--attention-backend", "flash" if t.get("flash_attention", True) else "unfused")
+    return a

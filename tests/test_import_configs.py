@@ -1,0 +1,378 @@
+"""`simtrain import` of real public configuration files (tests/data/imports/, sources and licences
+in its README) and `simtrain run` of them directly.
+
+Expected values are read by hand from the files; derived ones follow the frameworks' own rules:
+Megatron dp = world / (tp x pp x cp), microbatches = global / (micro x dp); DeepSpeed
+train_batch_size = micro x accumulation x dp; torchtitan dp = replicate x shard with shard -1
+filling the world and global batch = local batch x dp.
+"""
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from simtrain.cli.main import main
+from simtrain.errors import ConfigError
+from simtrain.imports import megatron, shell
+from simtrain.imports.common import Options
+from simtrain.imports.dispatch import import_files, load_foreign
+from simtrain.rl.spec import load_rl_job
+from simtrain.spec.loading import load_scenario
+
+DATA = ROOT / "tests" / "data" / "imports"
+MEG = DATA / "megatron"
+H100 = ["--topology", "dgx-h100", "--device", "h100-sxm5-80gb"]
+# Llama 3 8B's published dimensions (meta-llama/Meta-Llama-3-8B config.json)
+LLAMA3_8B_HF = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+                "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+                "vocab_size": 128256, "max_position_embeddings": 8192, "tie_word_embeddings": False}
+
+
+def run_import(tmp_path: Path, *argv: str) -> dict:
+    out = tmp_path / "s.yaml"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["import", *argv, "-o", str(out)]) == 0
+    assert main(["check", str(out)]) == 0          # the written scenario loads
+    return yaml.safe_load(out.read_text())
+
+
+def loaded(tmp_path: Path):
+    return load_scenario(tmp_path / "s.yaml")[0]
+
+
+# -- Megatron-LM ----------------------------------------------------------------------------
+
+def test_gpt3_175b_script(tmp_path):
+    """examples/gpt3/train_gpt3_175b_distributed.sh: tp 8, pp 16, micro 1, global 1536, fp16, 96 layers
+    of 12288 with 96 heads, seq 2048. The script runs on 1 node of 8 (NUM_NODES=1), too few for
+    tp x pp = 128: with --world-size 1024, dp = 1024 / 128 = 8 and 1536 / (1 x 8) = 192 microbatches.
+    No tokenizer type with --merge-file: GPT-2's BPE, 50257 tokens."""
+    t = run_import(tmp_path, "megatron", str(MEG / "train_gpt3_175b_distributed.sh"), "--world-size", "1024",
+                   "--topology", "dgx-a100", "--device", "a100-sxm4-80gb")
+    assert t["parallel"] | {} == {**t["parallel"], "tp": 8, "pp": 16, "cp": 1, "dp": 8, "zero_stage": 0,
+                                  "overlap_grad_reduce": False}
+    assert t["model"] == {"architecture": "gpt", "num_layers": 96, "hidden_size": 12288, "num_attention_heads": 96,
+                          "num_key_value_heads": 96, "ffn_hidden_size": 4 * 12288, "vocab_size": 50257, "seq_length": 2048,
+                          "tie_embeddings": True}
+    assert t["training"]["precision"] == "fp16" and t["training"]["global_batch_size"] == 1536
+    assert t["cluster"]["nodes"] == 1024 // 8
+    sc = loaded(tmp_path)
+    assert sc.training.global_batch_size // (sc.training.micro_batch_size * sc.parallel.dp) == 192
+
+
+def test_gpt3_script_as_written_is_refused_naming_the_field():
+    """Without --world-size the script's own 1 x 8 devices cannot hold tp 8 x pp 16."""
+    with warnings.catch_warnings(), pytest.raises(ConfigError) as e:
+        warnings.simplefilter("ignore")
+        import_files("megatron", [str(MEG / "train_gpt3_175b_distributed.sh")], Options(topology="dgx-a100", device="a100-sxm4-80gb"),
+                     Path("s.yaml"))
+    (p,) = e.value.problems
+    assert p.file.endswith("train_gpt3_175b_distributed.sh") and p.path == "--pipeline-model-parallel-size"
+    assert "128 does not divide the world size 8" in p.problem and "--world-size" in p.fix
+
+
+def test_llama3_8b_fp8_script(tmp_path):
+    """examples/llama/train_llama3_8b_h100_fp8.sh: variables ($TP_SIZE=1, $NUM_LAYERS=32, $SEQ_LENGTH=8192),
+    an `if [[ $DTYPE == fp8 ]]` array (--fp8-format hybrid) and the MOCK-data branch (--vocab-size
+    128256); GQA with 8 groups, distributed optimizer, both overlaps; 1 node x 8: dp 8, 128 / 8 = 16
+    microbatches."""
+    t = run_import(tmp_path, "megatron", str(MEG / "train_llama3_8b_h100_fp8.sh"), *H100)
+    m, p, tr = t["model"], t["parallel"], t["training"]
+    assert (m["architecture"], m["num_layers"], m["hidden_size"], m["ffn_hidden_size"], m["num_key_value_heads"],
+            m["vocab_size"], m["seq_length"], m["tie_embeddings"]) == ("llama", 32, 4096, 14336, 8, 128256, 8192, False)
+    assert "head_dim" not in m                        # --kv-channels 128 = 4096 / 32
+    assert (p["tp"], p["cp"], p["pp"], p["dp"], p["zero_stage"], p["sequence_parallel"]) == (1, 1, 1, 8, 1, True)
+    assert p["overlap_grad_reduce"] is True and p["overlap_param_gather"] is True
+    assert (tr["precision"], tr["micro_batch_size"], tr["global_batch_size"]) == ("fp8", 1, 128)
+    assert t["cluster"]["nodes"] == 1
+
+
+def test_mixtral_script_moe_and_derived_expert_tp(tmp_path):
+    """examples/mixtral/train_mixtral_8x7b_distributed.sh: 8 experts top-2, ep 8, pp 4, tp 1; no
+    --expert-tensor-parallel-size, so Megatron's default etp = tp = 1; on 64 devices dp = 64 / 4 = 16,
+    256 / (1 x 16) = 16 microbatches. Llama2Tokenizer: the vocabulary (32000) comes from --vocab-size."""
+    t = run_import(tmp_path, "megatron", str(MEG / "train_mixtral_8x7b_distributed.sh"), "--world-size", "64",
+                   "--vocab-size", "32000", *H100)
+    assert t["model"]["moe"] == {"num_experts": 8, "top_k": 2, "expert_ffn_hidden_size": 14336, "dispatcher": "alltoall"}
+    p = t["parallel"]
+    assert (p["tp"], p["pp"], p["ep"], p["etp"], p["dp"]) == (1, 4, 8, 1, 16)
+    sc = loaded(tmp_path)
+    assert sc.training.global_batch_size // (sc.training.micro_batch_size * sc.parallel.dp) == 16
+
+
+def test_argument_string_and_megatron_defaults(tmp_path):
+    """An argument string: --swiglu without --ffn-hidden-size gives int(8 x 1024 / 3 / 64) x 64 = 2688;
+    no --global-batch-size: micro x dp = 2 x (16 / 2) = 16; --num-query-groups has no effect without
+    --group-query-attention; full recompute of 1 layer at a time (uniform) is full recompute."""
+    args = ("--tensor-model-parallel-size 2 --num-layers 32 --hidden-size 1024 --num-attention-heads 16 "
+            "--num-query-groups 4 --swiglu --seq-length 1024 --micro-batch-size 2 --vocab-size 32000 --bf16 "
+            "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
+    t = run_import(tmp_path, "megatron", "--args", args, "--world-size", "16", *H100)
+    assert t["model"]["ffn_hidden_size"] == 2688 and t["model"]["num_key_value_heads"] == 16
+    assert t["parallel"]["dp"] == 8 and t["training"]["global_batch_size"] == 16
+    assert t["training"]["recompute"] == "full" and t["parallel"]["schedule"] == "1f1b"
+
+
+def test_virtual_pipeline_stages(tmp_path):
+    """--num-layers-per-virtual-pipeline-stage 4 with 32 layers and pp 2: 32 / (2 x 4) = 4 chunks per
+    rank, the interleaved schedule; dp = 16 / (2 x 2) = 4, 64 / (2 x 4) = 8 microbatches."""
+    args = ("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 4 "
+            "--num-layers 32 --hidden-size 1024 --num-attention-heads 16 --ffn-hidden-size 4096 --seq-length 1024 "
+            "--micro-batch-size 2 --global-batch-size 64 --vocab-size 32000 --bf16")
+    t = run_import(tmp_path, "megatron", "--args", args, "--world-size", "16", *H100)
+    assert t["parallel"]["schedule"] == "interleaved_1f1b" and t["parallel"]["vpp"] == 4 and t["parallel"]["dp"] == 4
+    sc = loaded(tmp_path)
+    assert sc.training.global_batch_size // (sc.training.micro_batch_size * sc.parallel.dp) == 8
+
+
+def test_pipeline_layout():
+    """`Et*3|(tt|)*2,t|L`: stages of 3, 2, 2 and 1 (+ the loss stage, 0) transformer layers."""
+    from simtrain.errors import Collector
+    assert megatron.layout_stages("Et*3|(tt|)*2,t|L", "f", Collector("f")) == [3, 2, 2, 1, 0]
+
+
+def test_layout_sets_the_stages(tmp_path):
+    """--pipeline-model-parallel-layout with 4 stages on pp 2: 2 virtual stages per rank, layer counts
+    as written (E and L ride on the first and last stage)."""
+    args = ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*3|t*3|t|t*1L --num-layers 8 "
+            "--hidden-size 256 --num-attention-heads 4 --ffn-hidden-size 1024 --seq-length 512 --micro-batch-size 1 "
+            "--global-batch-size 16 --vocab-size 1000 --bf16")
+    t = run_import(tmp_path, "megatron", "--args", args, "--world-size", "8", *H100)
+    assert t["parallel"]["layers_per_stage"] == [3, 3, 1, 1] and t["parallel"]["vpp"] == 2
+
+
+def test_run_and_export_from_the_command_line(tmp_path, capsys):
+    """`simtrain run` on the 8B TOML: 8 nodes x 8 = 64 devices, dp 64, global 1 x 64 = 64;
+    `simtrain export megatron` prints arguments that carry the scenario's tp."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["run", str(DATA / "torchtitan" / "llama3_8b.toml"), "--json", "--set", "cluster.topology=dgx-h100",
+                     "--set", "cluster.device=h100-sxm5-80gb", "--set", "cluster.nodes=8"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["num_devices"] == 64 and r["num_microbatches"] == 1
+    assert main(["export", "megatron", str(ROOT / "scenarios" / "llama3-8b-h200-64.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "--tensor-model-parallel-size 2" in out and "--global-batch-size 512" in out
+
+
+def test_export_round_trip(tmp_path):
+    """scenario -> `simtrain export megatron` -> `simtrain import megatron` gives the same resolved scenario
+    (the shipped Mixtral scenario: MoE, ep, pp, selective recompute, ZeRO 1)."""
+    src = ROOT / "scenarios" / "mixtral-8x7b-h100-64.yaml"
+    sc, _ = load_scenario(src)
+    args = " ".join(megatron.to_args(sc.resolved()))
+    run_import(tmp_path, "megatron", "--args", args, "--world-size", "64", *H100, "--name", sc.name)
+    back = loaded(tmp_path).resolved()
+    want = sc.resolved()
+    for d in (back, want):
+        d["model"].pop("name", None)
+        d["cluster"].pop("topology", None)
+    assert back["model"] == want["model"]
+    assert back["training"] == want["training"]
+    assert back["parallel"] == want["parallel"]
+
+
+# -- DeepSpeed ------------------------------------------------------------------------------
+
+def _hf(tmp_path: Path) -> str:
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(LLAMA3_8B_HF))
+    return str(f)
+
+
+def test_deepspeed_auto_micro_batch_from_flag(tmp_path):
+    """ds_config_fp16_z2.json: micro "auto" -> --micro-batch-size 2; ZeRO 2, fp16; overlap_comm absent
+    (DeepSpeed: false below stage 3); 64 devices: dp 64, train batch 2 x 1 x 64 = 128."""
+    t = run_import(tmp_path, "deepspeed", str(DATA / "deepspeed" / "ds_config_fp16_z2.json"), "--hf-config", _hf(tmp_path),
+                   "--world-size", "64", "--seq-length", "4096", "--micro-batch-size", "2", *H100)
+    assert t["parallel"] == {"tp": 1, "pp": 1, "dp": 64, "zero_stage": 2, "overlap_grad_reduce": False,
+                             "bucket_size_params": 500_000_000}
+    assert t["training"] == {"micro_batch_size": 2, "global_batch_size": 128, "precision": "fp16", "recompute": "none"}
+    assert loaded(tmp_path).model.num_layers == 32
+
+
+def test_deepspeed_train_batch_with_accumulation(tmp_path):
+    """ds_fp16_z1_config.json: train_batch_size 256, gradient_accumulation_steps 1: on 64 devices the
+    micro batch is 256 / (1 x 64) = 4; ZeRO 1, fp16."""
+    t = run_import(tmp_path, "deepspeed", str(DATA / "deepspeed" / "ds_fp16_z1_config.json"), "--model", "llama3-8b",
+                   "--world-size", "64", "--seq-length", "2048", *H100)
+    assert (t["training"]["micro_batch_size"], t["training"]["global_batch_size"]) == (4, 256)
+    assert t["parallel"]["zero_stage"] == 1 and t["training"]["precision"] == "fp16"
+
+
+def test_deepspeed_zero3_example_with_flags(tmp_path):
+    """ds_config_z3.json says only stage 3 and micro "auto": --micro-batch-size 1 and --precision bf16
+    complete it; overlap_comm absent at stage 3 is on (DeepSpeed's stage-3 default), for gradients and
+    parameter gathering alike; dp 16, global 1 x 1 x 16 = 16."""
+    t = run_import(tmp_path, "deepspeed", str(DATA / "deepspeed" / "ds_config_z3.json"), "--model", "llama3-8b",
+                   "--world-size", "16", "--seq-length", "2048", "--micro-batch-size", "1", "--precision", "bf16", *H100)
+    assert t["parallel"]["zero_stage"] == 3 and t["parallel"]["overlap_grad_reduce"] is True
+    assert t["parallel"]["overlap_param_gather"] is True
+    assert t["training"]["global_batch_size"] == 16 and t["training"]["precision"] == "bf16"
+
+
+def test_deepspeed_other_auto_values_are_reported(tmp_path):
+    f = tmp_path / "ds.json"
+    f.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                             "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto"}}))
+    with pytest.warns(UserWarning, match=r'2 "auto" values .* zero_optimization\.reduce_bucket_size, '
+                                         r"zero_optimization\.stage3_prefetch_bucket_size"):
+        import_files("deepspeed", [str(f)], Options(topology="dgx-h100", device="h100-sxm5-80gb", world_size=8, seq_length=1024,
+                                                    model="llama3-8b"), tmp_path / "s.yaml")
+
+
+# -- torchtitan -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flavor,local,tp,recompute,prec", [
+    ("8b", 1, 1, "selective", "bf16"),      # selective_ac_option "op"
+    ("70b", 8, 8, "full", "bf16"),
+    ("405b", 2, 8, "full", "fp8"),          # converters = ["float8"]
+])
+def test_torchtitan_llama3(tmp_path, flavor, local, tp, recompute, prec):
+    """torchtitan's Llama 3 TOMLs (commit 4a950ea) on 128 devices: shard -1 fills the world,
+    dp = 128 / tp; FSDP (ZeRO 3); global batch = local x dp; seq_len 8192."""
+    t = run_import(tmp_path, "torchtitan", str(DATA / "torchtitan" / f"llama3_{flavor}.toml"), "--world-size", "128", *H100)
+    dp = 128 // tp
+    assert t["model"] == {"preset": f"llama3-{flavor}", "seq_length": 8192}
+    assert (t["parallel"]["tp"], t["parallel"]["dp"], t["parallel"]["zero_stage"]) == (tp, dp, 3)
+    assert t["training"] == {"micro_batch_size": local, "global_batch_size": local * dp, "precision": prec,
+                             "recompute": recompute}
+
+
+# -- verl -----------------------------------------------------------------------------------
+
+def test_verl_script_becomes_a_job_file(tmp_path):
+    """tests/data/verl/run_qwen2-7b.sh: train_batch_size 1024, n 5, rollout tp 2, trainer.nnodes 1."""
+    out = tmp_path / "job.yaml"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["import", "verl", str(ROOT / "tests" / "data" / "verl" / "run_qwen2-7b.sh"), "--model", "qwen2.5-7b",
+                     "--response-length", "{kind: lognormal, mean: 600, sigma: 0.5}", "--topology", "hgx-h20",
+                     "--device", "h20-96gb", "-o", str(out)]) == 0
+    t = yaml.safe_load(out.read_text())
+    assert t["job"] == "rl" and t["data"]["train_batch_size"] == 1024 and t["data"]["n"] == 5
+    assert t["rollout"]["tp"] == 2 and t["cluster"]["nodes"] == 1
+    job = load_rl_job(out)
+    assert job.engine.tp == 2 and job.train_batch_size == 1024
+
+
+# -- simtrain run on a foreign file ---------------------------------------------------------
+
+def test_run_takes_a_megatron_script(tmp_path, capsys):
+    """`simtrain run script.sh --set cluster...`: imported in memory, dp = 8 x 1 / 1 = 8 for the 8B script."""
+    over = ["cluster.topology=dgx-h100", "cluster.device=h100-sxm5-80gb"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sc, _ = load_foreign(str(MEG / "train_llama3_8b_h100_fp8.sh"), over)
+    assert sc.parallel.dp == 8 and sc.training.precision == "fp8"
+    assert load_foreign(str(ROOT / "scenarios" / "llama3-8b-h200-64.yaml"), []) is None
+
+
+# -- broken files: one clear error naming file and field ----------------------------------
+
+@dataclass
+class Bad:
+    id: str
+    kind: str
+    text: str
+    suffix: str
+    field: str
+    words: str
+    extra: tuple = ()
+
+
+BAD = [
+    Bad("unset-variable", "megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size $TP "
+        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 100 --bf16", ".sh",
+        "--tensor-model-parallel-size", "$TP unset"),
+    Bad("fp32", "megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 "
+        "--num-attention-heads 4 --seq-length 128 --vocab-size 100", ".sh", "--bf16", "fp32"),
+    Bad("no-vocab", "megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 "
+        "--num-attention-heads 4 --seq-length 128 --bf16 --tokenizer-type HuggingFaceTokenizer", ".sh", "--vocab-size", "vocabulary"),
+    Bad("cpu-offload", "megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 "
+        "--num-attention-heads 4 --seq-length 128 --vocab-size 100 --bf16 --cpu-offloading", ".sh", "--cpu-offloading", "offloading"),
+    Bad("partial-recompute", "megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --num-layers 8 --hidden-size 64 "
+        "--num-attention-heads 4 --seq-length 128 --vocab-size 100 --bf16 --recompute-granularity full --recompute-method block "
+        "--recompute-num-layers 2", ".sh", "--recompute-num-layers", "2 of 8"),
+    Bad("bad-batch", "megatron", "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 "
+        "--num-attention-heads 4 --seq-length 128 --vocab-size 100 --bf16 --micro-batch-size 1 --global-batch-size 12", ".sh",
+        "--global-batch-size", "micro batch x dp"),
+    Bad("no-launch", "megatron", "echo hello\n", ".sh", "(script)", "no launch command"),
+    Bad("ds-offload", "deepspeed", json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}), ".json",
+        "zero_optimization.offload_optimizer.device", "offloading to cpu"),
+    Bad("ds-auto", "deepspeed", json.dumps({"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": True}}), ".json",
+        "train_micro_batch_size_per_gpu", '"auto"'),
+    Bad("ds-fp32", "deepspeed", json.dumps({"train_micro_batch_size_per_gpu": 1}), ".json", "bf16.enabled", "fp32"),
+    Bad("ds-batch-mismatch", "deepspeed", json.dumps({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1, "bf16": {"enabled": True}}), ".json", "train_batch_size", "!="),
+    Bad("tt-hsdp", "torchtitan", '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 1024\n'
+        "[activation_checkpoint]\nmode = \"none\"\n[parallelism]\ndata_parallel_replicate_degree = 2\ndata_parallel_shard_degree = 4\n", ".toml",
+        "parallelism.data_parallel_replicate_degree", "HSDP"),
+    Bad("tt-schedule", "torchtitan", '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 4\nseq_len = 1024\n'
+        '[activation_checkpoint]\nmode = "none"\n[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = "LoopedBFS"\n', ".toml",
+        "parallelism.pipeline_parallel_schedule", "LoopedBFS"),
+    Bad("tt-every-2nd", "torchtitan", '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 1024\n'
+        '[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "2"\n', ".toml",
+        "activation_checkpoint.selective_ac_option", "every 2-th"),
+    Bad("tt-default-ac", "torchtitan", '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 1024\n',
+        ".toml", "activation_checkpoint.selective_ac_option", "torchtitan's default"),
+    Bad("tt-syntax", "torchtitan", "[training\n", ".toml", "", "not valid TOML"),
+    Bad("tt-unknown-model", "torchtitan", '[model]\nname = "qwen3"\nflavor = "0.6B"\n[training]\nlocal_batch_size = 1\n'
+        "seq_len = 1024\n[activation_checkpoint]\nmode = \"full\"\n", ".toml", "model.flavor", "no simtrain preset"),
+]
+
+
+@pytest.mark.parametrize("case", BAD, ids=[b.id for b in BAD])
+def test_broken_file_gives_one_clear_error(tmp_path, case):
+    f = tmp_path / f"bad{case.suffix}"
+    f.write_text(case.text)
+    opts = Options(topology="dgx-h100", device="h100-sxm5-80gb", world_size=8, seq_length=1024, model="llama3-8b"
+                   if case.kind == "deepspeed" else None)
+    with warnings.catch_warnings(), pytest.raises(ConfigError) as e:
+        warnings.simplefilter("ignore")
+        import_files(case.kind, [str(f)], opts, tmp_path / "s.yaml")
+    (p,) = e.value.problems
+    assert p.file == str(f) and p.path == case.field
+    assert case.words in p.problem and p.fix
+
+
+def test_env_sets_a_variable_the_script_reads(tmp_path):
+    """`--env TP=2`: the script's $TP is 2, so dp = 8 / 2 = 4 (the same script without it: the
+    unset-variable case above)."""
+    f = tmp_path / "t.sh"
+    f.write_text(BAD[0].text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = import_files("megatron", [str(f)], Options(topology="dgx-h100", device="h100-sxm5-80gb", env={"TP": "2"}),
+                         tmp_path / "s.yaml")
+    assert t["parallel"]["tp"] == 2 and t["parallel"]["dp"] == 4
+
+
+def test_missing_cluster_flags_are_named(tmp_path):
+    with warnings.catch_warnings(), pytest.raises(ConfigError) as e:
+        warnings.simplefilter("ignore")
+        import_files("torchtitan", [str(DATA / "torchtitan" / "llama3_8b.toml")], Options(world_size=8), tmp_path / "s.yaml")
+    (p,) = e.value.problems
+    assert p.path == "cluster" and "--topology" in p.fix and "--device" in p.fix
+
+
+def test_ignored_fields_are_one_warning_with_count_and_names(tmp_path):
+    """The 8B TOML's 26 unread fields (checkpoint, job, metrics, ...) in one warning."""
+    with pytest.warns(UserWarning, match=r"ignored 26 fields that simtrain does not read: checkpoint\.async_mode, .* and 14 more"):
+        import_files("torchtitan", [str(DATA / "torchtitan" / "llama3_8b.toml")], Options(world_size=8, topology="dgx-h100",
+                     device="h100-sxm5-80gb"), tmp_path / "s.yaml")
+
+
+def test_shell_arrays_quotes_and_arithmetic():
+    """The bash subset the reader follows, each against what bash prints for it."""
+    s = shell.run_script('N=2\nG=8\nW=$(($N*$G))\nA=(--a 1\n  "--b two" # c\n)\nA+=("--w $W")\n'
+                         'if [[ "$X" == "" ]]; then B=yes; else B=no; fi\nrun.py ${A[@]} "${A[@]}" ${B:-z} ${U:-dflt}\n',
+                         lambda w: w[0].text == "run.py")
+    assert [w.text for w in s.words] == ["run.py", "--a", "1", "--b", "two", "--w", "16", "--a", "1", "--b two", "--w 16",
+                                         "yes", "dflt"]
