@@ -135,7 +135,9 @@ def test_cli_json_is_deterministic_and_out_writes_every_candidate(job_file, tmp_
     out = tmp_path / "o"
     text = run("--out", str(out))
     assert "best: fully_async" in text and "skipped colocated tp8" in text
-    assert sorted(x.name for x in out.iterdir()) == ["best.yaml", "search.csv", "search.png"]
+    assert sorted(x.name for x in out.iterdir()) == ["best.yaml", "report.html", "search.csv", "search.png"]
+    page = (out / "report.html").read_text()     # self-contained: the figure inline, nothing fetched
+    assert 'src="data:image/png;base64,' in page and "http" not in page and "<script" not in page
     rows = list(csv.DictReader((out / "search.csv").open()))
     assert len(rows) == 8 and sum(1 for r in rows if r["infeasible"]) == 4
     assert rows[0]["rank"] == "1" and float(rows[0]["timing_s/step"]) == d["ranked"][0]["timing_s/step"]

@@ -1,6 +1,6 @@
 """report.html: one self-contained page of what a command wrote into its `--out` directory.
 
-    write_report(out_dir, kind, title, facts)     kind: "run", "rl", "compare" or "search"
+    write_report(out_dir, kind, title, facts)     kind: "run", "rl", "compare", "search" or "rl-search"
 
 The page is built from the files already in `out_dir` (result.json, compare.csv, search.csv,
 the PNG figures, the resolved scenario), so its numbers are those files' numbers: every number
@@ -29,7 +29,7 @@ from simtrain.errors import ConfigError, Problem
 from simtrain.results.io import write_atomic
 from simtrain.units import fmt_bytes, fmt_time
 
-KINDS = ("run", "rl", "compare", "search")
+KINDS = ("run", "rl", "compare", "search", "rl-search")
 REPORT = "report.html"
 GiB = 2.0**30
 
@@ -39,6 +39,7 @@ FIGURES = {
     "rl": (("timeline.png", "RL iterations: pools (rows) by phase"),),
     "compare": (("compare.png", "The variants' pipeline timelines, step time and peak memory"),),
     "search": (("search.png", "Step time against peak memory of every simulated plan; the Pareto front marked"),),
+    "rl-search": (("search.png", "Steady-state step time of the best candidates, coloured by placement"),),
 }
 
 CSS = """
@@ -265,7 +266,8 @@ def search_sections(out: Path) -> list:
             ("Best plan", text_file(out / "best.yaml", "the scenario with the best plan applied"))]
 
 
-SECTIONS = {"run": run_sections, "rl": rl_sections, "compare": compare_sections, "search": search_sections}
+SECTIONS = {"run": run_sections, "rl": rl_sections, "compare": compare_sections, "search": search_sections,
+            "rl-search": search_sections}
 
 
 def build_report(out_dir: Path, kind: str, title: str, facts: Sequence[tuple[str, str]] = ()) -> str:

@@ -42,6 +42,7 @@ from simtrain.hardware.topology import find_topology_file
 from simtrain.results.figures import plain, save_figure
 from simtrain.results.io import check_out_dir, staged_dir, write_atomic
 from simtrain.results.memory import capacity_of
+from simtrain.results.report import write_report
 from simtrain.rl.iteration import RLResult, SimCache, simulate_rl
 from simtrain.rl.phases import VERL_ORDER
 from simtrain.rl.spec import PLACEMENTS, RLJob, build_rl_job, expand_verl, is_rl_file
@@ -54,7 +55,7 @@ AXES = {"placement": "placement.kind", "rollout_devices": "placement.rollout_dev
 KEY_AXIS = {v: k for k, v in AXES.items()}
 DEFAULT_STALENESS = (0, 1, 2)
 OBJECTIVES = ("step_time", "tokens_per_s")
-OUT_FILES = ("best.yaml", "search.csv", "search.png")
+OUT_FILES = ("best.yaml", "search.csv", "search.png", "report.html")
 PLACEMENT_COLORS = {"colocated": "#4C78A8", "split": "#F58518", "one_step_off": "#54A24B", "fully_async": "#E45756"}
 GiB = 2.0**30
 
@@ -437,6 +438,9 @@ def main(args: argparse.Namespace) -> int:
             write_atomic(tmp / "search.csv", to_csv(res).encode())
             save_figure(search_figure(res, f"{path.name}: {len(res.ranked)} ranked of {res.enumerated} candidates "
                                       f"(best {res.ranked[0].candidate.label(res.total_devices)})"), tmp / "search.png", dpi=110)
+            write_report(tmp, "rl-search", f"search {path.name} (RL job; objective {res.objective})",
+                         [("scenario file", str(path)), ("--set", " ".join(args.set or ()) or "none"),
+                          ("--fix", " ".join(args.fix or ()) or "none")])
     if getattr(args, "json", False):
         sys.stdout.write(json.dumps(to_dict(res)) + "\n")     # no wall time: same file, same bytes
         return 0
@@ -453,5 +457,5 @@ def main(args: argparse.Namespace) -> int:
     print()
     print(best_phases(res))
     if args.out:
-        print(f"\n  wrote {args.out}/: best.yaml (run it: simtrain run {args.out}/best.yaml) search.csv search.png")
+        print(f"\n  wrote {args.out}/: best.yaml (run it: simtrain run {args.out}/best.yaml) search.csv search.png report.html")
     return 0
