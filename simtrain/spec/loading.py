@@ -841,8 +841,20 @@ def _world_fix(p: dict, model: dict | None, training: dict | None, cluster: dict
     return "; or ".join(ways) if ways else f"change the plan so that tp x pp x dp x cp = {n}"
 
 
+def _check_recompute(training: dict | None, errs: Collector) -> None:
+    """recompute_method / recompute_num_layers choose layers of a full recompute (Megatron-LM's
+    --recompute-method and --recompute-num-layers need --recompute-granularity full)."""
+    if not training or training.get("recompute") == "full":
+        return
+    for key, default in (("recompute_method", "uniform"), ("recompute_num_layers", 1)):
+        if training.get(key, default) != default:
+            errs.add(f"training.{key}", f"applies to recompute: full only, got recompute: {training.get('recompute', 'none')}",
+                     f"set training.recompute: full, or remove training.{key}")
+
+
 def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> None:
     p = parallel
+    _check_recompute(training, errs)
     if p.get("schedule") is not None and p["schedule"] not in SCHEDULES and not p.get("schedule_csv"):
         errs.add("parallel.schedule", f"unknown schedule {p['schedule']!r}", f"use one of: {', '.join(SCHEDULES)}")
     _check_placement(p, errs)

@@ -158,6 +158,16 @@ class TrainingSpec:
     global_batch_size: int = spec_field("posint", "sequences per step (a multiple of micro_batch_size x dp)", maximum=1_048_576)
     precision: str = spec_field(("fp16", "bf16", "fp8"), "GEMM precision (the device preset needs its peak)", default="bf16")
     recompute: str = spec_field(("none", "selective", "full"), "activation recomputation", default="none")
+    # Megatron-LM's --recompute-method / --recompute-num-layers (with recompute: full), per model
+    # stage (each virtual chunk): uniform checkpoints groups of N layers (every layer recomputed,
+    # one input kept per group), block recomputes the first N layers and keeps the rest whole
+    recompute_method: str = spec_field(("uniform", "block"), "with recompute: full, which layers are recomputed "
+                                       "(uniform: all, in groups of recompute_num_layers; block: the first "
+                                       "recompute_num_layers of each model stage)", default="uniform",
+                                       dump_if=lambda t: t.recompute == "full")
+    recompute_num_layers: int = spec_field("posint", "with recompute: full, layers per checkpointed group (uniform) "
+                                           "or layers recomputed per model stage (block)", default=1, maximum=10_000,
+                                           dump_if=lambda t: t.recompute == "full")
     flash_attention: bool = spec_field("bool", "fused attention (needed for cp > 1)", default=True)
     forward_only: bool = spec_field(
         "bool", "simulate a forward pass over the batch only (no backward, gradient reduction or optimizer step; "

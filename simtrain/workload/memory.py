@@ -13,7 +13,57 @@ recompute.
 """
 from __future__ import annotations
 
+from simtrain.spec.scenario import Scenario
 from simtrain.workload.base import LayerDims
+
+
+def recompute_modes(sc: Scenario, layers: int) -> tuple[tuple[str, ...], int]:
+    """What each of a model stage's `layers` (in forward order) recomputes, and how many layers
+    one recompute rematerialises at once (the working set of the backward; 0: none recomputed).
+
+    A layer's mode is `none`, `selective`, `full` (recomputed; its input kept) or `inner`
+    (recomputed as part of a group whose first layer keeps the group's input: nothing kept).
+    recompute: full follows Megatron-LM's --recompute-method (megatron/core/transformer/
+    transformer_block.py, _checkpointed_forward), per model stage (each virtual chunk):
+      uniform  the layers in consecutive groups of N = recompute_num_layers, each group one
+               checkpoint: every layer recomputed, ceil(L/N) inputs kept, N layers alive at once
+      block    the first N layers each checkpointed alone, the other L - N keep everything
+
+    >>> from types import SimpleNamespace as N
+    >>> t = lambda m, n: N(training=N(recompute="full", recompute_method=m, recompute_num_layers=n))
+    >>> recompute_modes(t("uniform", 3), 7)
+    (('full', 'inner', 'inner', 'full', 'inner', 'inner', 'full'), 3)
+    >>> recompute_modes(t("block", 2), 4)
+    (('full', 'full', 'none', 'none'), 1)
+    """
+    t = sc.training
+    if t.recompute != "full":
+        return (t.recompute,) * layers, 0
+    n = t.recompute_num_layers
+    if t.recompute_method == "block":
+        return tuple("full" if i < n else "none" for i in range(layers)), (1 if layers and n else 0)
+    return tuple("full" if i % n == 0 else "inner" for i in range(layers)), min(n, layers)
+
+
+def recompute_working(layers: list, group: int) -> float:
+    """The transient bytes of a full recompute: the largest run of `group` consecutive recomputed
+    layers' whole activations (each (mode, bytes with nothing recomputed), in forward order; a
+    group starts at a `full` layer and takes the `inner` ones after it). 0 when nothing is
+    recomputed. Example: uniform groups of 2 over layers of 3, 5, 4 bytes -> max(3 + 5, 4) = 8.
+
+    >>> recompute_working([("full", 3.0), ("inner", 5.0), ("full", 4.0)], 2)
+    8.0
+    """
+    best, cur = 0.0, 0.0
+    for mode, nbytes in layers:
+        if mode == "full":
+            cur = nbytes
+        elif mode == "inner":
+            cur += nbytes
+        else:
+            cur = 0.0
+        best = max(best, cur)
+    return best if group else 0.0
 
 
 class Memory(LayerDims):
@@ -71,6 +121,8 @@ class Memory(LayerDims):
             m = self.mla
             kv = a * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2     # per-head K and V kept for the core
         seq_div = t if self.sp else 1
+        if recompute == "inner":
+            return 0.0                                   # inside a checkpointed group: nothing kept
         if recompute == "full":
             return 2 * s * b * h / seq_div
         drop = 1 if self.gpt else 0
