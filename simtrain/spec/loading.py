@@ -30,6 +30,7 @@ from simtrain.spec.scenario import (
     COST,
     JITTER,
     MIXED,
+    RECOMPUTE_MODULES,
     STRAGGLER,
     ClusterSpec,
     EncoderSpec,
@@ -844,7 +845,20 @@ def _world_fix(p: dict, model: dict | None, training: dict | None, cluster: dict
 def _check_recompute(training: dict | None, errs: Collector) -> None:
     """recompute_method / recompute_num_layers choose layers of a full recompute (Megatron-LM's
     --recompute-method and --recompute-num-layers need --recompute-granularity full)."""
-    if not training or training.get("recompute") == "full":
+    if not training:
+        return
+    mods = training.get("recompute_modules", ("core_attn",))
+    if isinstance(mods, str):
+        mods = [mods]
+    if not isinstance(mods, (list, tuple)) or not mods or any(m not in RECOMPUTE_MODULES for m in mods):
+        errs.add("training.recompute_modules", f"expected a list of {', '.join(RECOMPUTE_MODULES)}, got {mods!r}",
+                 "write e.g. [core_attn] or [layernorm, mla_up_proj, moe_act]")
+        mods = ("core_attn",)
+    training["recompute_modules"] = tuple(sorted(set(mods), key=RECOMPUTE_MODULES.index))
+    if training.get("recompute") != "selective" and training["recompute_modules"] != ("core_attn",):
+        errs.add("training.recompute_modules", f"applies to recompute: selective only, got recompute: {training.get('recompute', 'none')}",
+                 "set training.recompute: selective, or remove training.recompute_modules")
+    if training.get("recompute") == "full":
         return
     for key, default in (("recompute_method", "uniform"), ("recompute_num_layers", 1)):
         if training.get(key, default) != default:

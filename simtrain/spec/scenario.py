@@ -151,6 +151,10 @@ class ModelSpec:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
 
 
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
+"""The parts training.recompute_modules may name (Megatron-core TransformerConfig.recompute_modules)."""
+
+
 @dataclass(frozen=True)
 class TrainingSpec:
     """One training step: batch sizes and numerics."""
@@ -168,6 +172,13 @@ class TrainingSpec:
     recompute_num_layers: int = spec_field("posint", "with recompute: full, layers per checkpointed group (uniform) "
                                            "or layers recomputed per model stage (block)", default=1, maximum=10_000,
                                            dump_if=lambda t: t.recompute == "full")
+    # Megatron-core's --recompute-modules (with --recompute-granularity selective; default core_attn)
+    recompute_modules: tuple = spec_field(
+        "any", "with recompute: selective, the parts recomputed: core_attn, layernorm (norm outputs), "
+        "mla_up_proj (MLA's Q, K, V from the latents), moe_act (expert SwiGLU/GeLU outputs)",
+        default=("core_attn",), dumper=list, dump_if=lambda t: t.recompute == "selective",
+        json={"type": "array", "items": {"enum": list(RECOMPUTE_MODULES)}, "minItems": 1,
+              "description": "list of core_attn, layernorm, mla_up_proj, moe_act"})
     flash_attention: bool = spec_field("bool", "fused attention (needed for cp > 1)", default=True)
     forward_only: bool = spec_field(
         "bool", "simulate a forward pass over the batch only (no backward, gradient reduction or optimizer step; "

@@ -43,7 +43,18 @@ class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
         if rc == "full":
             recompute = tuple(as_recompute(x) for x in fwd_items)
         elif rc == "selective":
-            recompute = tuple(as_recompute(x) for x in core_f)
+            # Megatron-core recompute_modules: the attention core, and the named operators
+            # re-run before the backward (norms, MLA up-projections with the rotary, expert activation)
+            mods = set(self.sc.training.recompute_modules)
+            names = set()
+            if "layernorm" in mods:
+                names |= {"layernorm1", "layernorm2", "rmsnorm1", "rmsnorm2", "q_norm", "kv_norm"}
+            if "mla_up_proj" in mods and self.mla is not None:
+                names |= {"q_up", "kv_up", "rotary"}
+            if "moe_act" in mods:
+                names |= {"experts.swiglu", "experts.gelu"}
+            ops = tuple(as_recompute(o) for it in fwd_items if isinstance(it, tuple) for o in it if o.name in names)
+            recompute = ((ops,) if ops else ()) + (tuple(as_recompute(x) for x in core_f) if "core_attn" in mods else ())
         else:
             recompute = ()
         t = self.tp
