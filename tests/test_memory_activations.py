@@ -10,6 +10,7 @@ import yaml
 from conftest import small_scenario
 
 from simtrain.errors import ConfigError
+from simtrain.results.memory import static_memory
 from simtrain.spec.loading import load_scenario
 from simtrain.workload.transformer import LayerBuilder
 
@@ -106,3 +107,43 @@ def test_recompute_modules_round_trip(tmp_path, plain_topology):
     again = tmp_path / "again.yaml"
     again.write_text(yaml.safe_dump(d, sort_keys=False))
     assert load_scenario(again)[0].resolved() == d
+
+
+MOE = dict(LLAMA, moe={"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 128,
+                       "num_shared_experts": 1, "shared_expert_ffn_hidden_size": 64})
+
+
+def test_moe_layer_keeps_expert_rows_and_router_probabilities(tmp_path, plain_topology):
+    """An MoE layer on one rank (ep 1, uniform routing, nothing dropped), per token: the Llama
+    attention half 8h + 2h + 4·64 + 2h = 3328 (as above, without the MLP); the shared expert's
+    SwiGLU 6·64 = 384; fp32 router probabilities 4·E = 16. Per routed row (k = 2 rows per token):
+    input 2h = 512, gate and up 4·128 = 512, SwiGLU output 2·128 = 256, its fp32 routing weight 4
+    (Megatron-core weights the SwiGLU output, so the combine keeps nothing): 1284. Flash LSE 4a.
+    3328 + 384 + 16 + 2·1284 + 32 = 6328 B per token. With activation_fp8_input_store the gate
+    and up outputs (routed and shared) are kept in 1 byte: 6328 - 2·256 - 128 = 5688."""
+    b = _builder(tmp_path, plain_topology, model=MOE)
+    tk = b.moe_tokens(((0.25,) * 4, 0.0), 0)
+    assert tk["rows"] == 2 * S
+    assert b.act_per_layer("none", "moe", tk["rows"], tk["send"]) == S * 6328
+    b8 = _builder(tmp_path, plain_topology, model=MOE, training={"activation_fp8_input_store": True})
+    assert b8.act_per_layer("none", "moe", tk["rows"], tk["send"]) == S * 5688
+    # moe_act: the routed experts' SwiGLU output is rebuilt from its kept input (2·256 per token)
+    br = _builder(tmp_path, plain_topology, model=MOE, training={"recompute": "selective", "recompute_modules": ["moe_act"]})
+    assert br.act_per_layer("selective", "moe", tk["rows"], tk["send"]) == S * (6328 - 2 * 256)
+
+
+def test_fp8_input_store_halves_the_dense_swiglu_input(tmp_path, plain_topology):
+    """Llama dense layer: gate and up outputs 4f -> 2f bytes: 6432 - 2·512 = 5408 per token."""
+    b = _builder(tmp_path, plain_topology, model=LLAMA, training={"activation_fp8_input_store": True})
+    assert b.act_per_layer("none") == S * 5408
+
+
+def test_bf16_moments_take_four_bytes_off_the_optimizer(tmp_path, plain_topology):
+    """Megatron's distributed-optimizer table: bf16 training keeps 12 B of optimizer state per
+    parameter (fp32 master, two fp32 moments); with bf16 moments 4 + 2 + 2 = 8 B."""
+
+    path = small_scenario(tmp_path, plain_topology, parallel={"pp": 1, "dp": 4})
+    sc, _ = load_scenario(path)
+    assert static_memory(sc, 1e6)["optimizer"] == 12e6
+    sc, _ = load_scenario(path, ["training.optimizer_moments=bf16"])
+    assert static_memory(sc, 1e6)["optimizer"] == 8e6 and static_memory(sc, 1e6)["weights"] == 2e6

@@ -179,6 +179,13 @@ class TrainingSpec:
         default=("core_attn",), dumper=list, dump_if=lambda t: t.recompute == "selective",
         json={"type": "array", "items": {"enum": list(RECOMPUTE_MODULES)}, "minItems": 1,
               "description": "list of core_attn, layernorm, mla_up_proj, moe_act"})
+    # Megatron-core's --exp-avg-dtype / --exp-avg-sq-dtype (with --use-precision-aware-optimizer)
+    optimizer_moments: str = spec_field(("fp32", "bf16"), "dtype of Adam's two moments (DeepSeek-V3: bf16; "
+                                        "the master weights stay fp32)", default="fp32")
+    # Megatron-core's --activation-func-fp8-input-store (TransformerConfig.activation_func_fp8_input_store)
+    activation_fp8_input_store: bool = spec_field(
+        "bool", "keep the MLP and expert activation function's input (fc1 output) in FP8 for the backward, "
+        "1 byte per value (DeepSeek-V3 caches its SwiGLU inputs in FP8)", default=False)
     flash_attention: bool = spec_field("bool", "fused attention (needed for cp > 1)", default=True)
     forward_only: bool = spec_field(
         "bool", "simulate a forward pass over the batch only (no backward, gradient reduction or optimizer step; "

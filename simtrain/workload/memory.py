@@ -114,7 +114,7 @@ class Memory(LayerDims):
 
     def act_per_layer(self, recompute: str, kind: str = "dense", rows: float = 0.0, send: float = 0.0) -> float:
         """Stored bytes per layer per microbatch (see module docstring for the derivation). For an
-        MoE layer, `rows` and `send` are `moe_tokens`' grouped-GEMM rows and dispatched assignments.
+        MoE layer, `rows` are `moe_tokens`' grouped-GEMM rows (`send`, the dispatched assignments, keeps nothing).
         With recompute `selective`, training.recompute_modules says what is not kept (Megatron-core
         names): core_attn the attention scores (already none with flash attention), layernorm the
         norm outputs, mla_up_proj MLA's Q, K and V (rebuilt from the kept latents), moe_act the
@@ -131,11 +131,11 @@ class Memory(LayerDims):
         # sequence-region tensors: norm inputs (2x 2h), their outputs (the QKV input 2h, the MLP
         # input 2h), dropout masks (2x h)
         seq = (2 * h + 2 * h + norm_out * (2 * h + 2 * h) + 2 * drop * h) / seq_div
-        if kind == "moe":
-            fs = self.moe.shared_expert_ffn_hidden_size
-            mlp = (4 * fs if self.gpt else 6 * fs)
-        else:
-            mlp = 4 * f if self.gpt else 6 * f
+        # MLP: the activation's input (fc1 output: f wide for GeLU, gate and up 2f for SwiGLU), in
+        # FP8 with activation_fp8_input_store, and its output (fc2's input, 2f)
+        fc1_b = 1 if self.sc.training.activation_fp8_input_store else 2
+        width = self.moe.shared_expert_ffn_hidden_size if kind == "moe" else f
+        mlp = fc1_b * (1 if self.gpt else 2) * width + 2 * width
         if self.mla is None:
             # tensor-parallel region: Q (2·a·d, i.e. 2h unless head_dim is given), K and V
             # (2·g·d each), attention output 2·a·d, MLP internals
@@ -162,14 +162,16 @@ class Memory(LayerDims):
         if kind == "moe":
             moe = self.moe
             width = moe.expert_ffn_hidden_size / self.etp
-            # routed experts: gathered input (2h; with FP8 dispatch the FP8 tokens as they arrive,
-            # 1 byte + one fp32 scale per 128 values, DeepSeek-V3 §3.3.2), fc1 output (the
-            # activation's input) and activation output per row; fp32 router probabilities;
-            # expert outputs awaiting the weighted combine
+            # routed experts per row: gathered input (2h; with FP8 dispatch the FP8 tokens as they
+            # arrive, 1 byte + one fp32 scale per 128 values, DeepSeek-V3 §3.3.2), fc1 output
+            # (the activation's input), the activation's output and its fp32 routing weight:
+            # Megatron-core applies the routing weights inside the experts' activation
+            # (TEGroupedMLP: weighted_bias_swiglu_impl with permuted_probs), so the combine is a
+            # plain sum that keeps nothing; and the fp32 router probabilities per token
             xin = h * (1 + 4 / 128) if moe.dispatch_precision == "fp8" else 2 * h
             act_out = 0 if "moe_act" in mods else 2 * width
-            fc1_out = (2 if self.gpt else 4) * width
-            out += rows * (xin + fc1_out + act_out) + 4 * (s * b / seq_div) * moe.num_experts + 2 * send * h
+            fc1_out = fc1_b * (1 if self.gpt else 2) * width
+            out += rows * (xin + fc1_out + act_out + 4) + 4 * (s * b / seq_div) * moe.num_experts
         return out
 
     def act_pre(self) -> float:
