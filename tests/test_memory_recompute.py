@@ -4,6 +4,7 @@
 et al. 2022 (arXiv:2205.05198) §4.1: a layer keeps s·b·h·34 bytes plus, with flash attention, the
 fp32 log-sum-exp 4·a·s·b; a fully recomputed layer keeps its input, 2·s·b·h."""
 import pytest
+import yaml
 from conftest import small_scenario
 
 from simtrain.errors import ConfigError
@@ -81,3 +82,16 @@ def test_partial_recompute_needs_full(tmp_path, plain_topology, key, value):
     path = small_scenario(tmp_path, plain_topology, training={"recompute": "selective", key: value})
     with pytest.raises(ConfigError, match=f"training.{key}: applies to recompute: full only"):
         load_scenario(path)
+
+
+def test_partial_recompute_round_trips(tmp_path, plain_topology):
+    """The resolved scenario names the method and the layer count with recompute: full only."""
+
+    sc, _ = _work(tmp_path, plain_topology, recompute="full", recompute_method="block", recompute_num_layers=3)
+    d = sc.resolved()
+    assert (d["training"]["recompute_method"], d["training"]["recompute_num_layers"]) == ("block", 3)
+    again = tmp_path / "again.yaml"
+    again.write_text(yaml.safe_dump(d, sort_keys=False))
+    assert load_scenario(again)[0].resolved() == d
+    plain, _ = _work(tmp_path, plain_topology)
+    assert "recompute_method" not in plain.resolved()["training"]
