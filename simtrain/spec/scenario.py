@@ -182,6 +182,10 @@ class TrainingSpec:
     # Megatron-core's --exp-avg-dtype / --exp-avg-sq-dtype (with --use-precision-aware-optimizer)
     optimizer_moments: str = spec_field(("fp32", "bf16"), "dtype of Adam's two moments (DeepSeek-V3: bf16; "
                                         "the master weights stay fp32)", default="fp32")
+    # ZeRO-Offload (Ren et al., USENIX ATC'21): the fp32 master weights and Adam state on the host
+    optimizer_offload: str = spec_field(("none", "cpu"), "cpu: the optimizer state (fp32 master weights, Adam moments) "
+                                        "lives in host memory and the step runs there: gradients copied to the host, "
+                                        "updated 16-bit weights back, over the device's host link", default="none")
     # Megatron-core's --activation-func-fp8-input-store (TransformerConfig.activation_func_fp8_input_store)
     activation_fp8_input_store: bool = spec_field(
         "bool", "keep the MLP and expert activation function's input (fc1 output) in FP8 for the backward, "
