@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simtrain.hardware.devices import get_device
 from simtrain.program.ir import EOp
 
 if TYPE_CHECKING:
@@ -76,5 +77,13 @@ def optimizer_step(prog: ClassLowering, grads: GradientTraffic, deps: list[int],
              + expert / (edp if zero >= 1 and grads.edp_on else 1))
     deps = grad_norm_barrier(prog, twin_exchange(prog, deps, shard))
     local = dense / (dpcp if zero >= 1 else 1) + expert / (edp if zero >= 1 else 1)
+    t = prog.sc.training
+    if t.optimizer_offload == "cpu":
+        # ZeRO-Offload: the local shard's gradients to the host, the updated 16-bit weights back,
+        # one direction each over the host link (the CPU's Adam itself is not timed)
+        gb = 2.0 if t.precision == "fp16" else 4.0
+        bw = get_device(prog.sc.cluster.device).host_bandwidth
+        return low._new(c, stream="compute", kind="compute", category="opt",
+                        duration=(gb + 2.0) * local / bw, label="optimizer_step_offload", deps=deps)
     return low._new(c, stream="compute", kind="compute", category="opt",
                     duration=low.costs_of(c).memory_time(OPT_BYTES_PER_PARAM * local), label="optimizer_step", deps=deps)

@@ -30,6 +30,7 @@ from simtrain.spec.scenario import (
     COST,
     JITTER,
     MIXED,
+    RECOMPUTE_MODULES,
     STRAGGLER,
     ClusterSpec,
     EncoderSpec,
@@ -841,8 +842,33 @@ def _world_fix(p: dict, model: dict | None, training: dict | None, cluster: dict
     return "; or ".join(ways) if ways else f"change the plan so that tp x pp x dp x cp = {n}"
 
 
+def _check_recompute(training: dict | None, errs: Collector) -> None:
+    """recompute_method / recompute_num_layers choose layers of a full recompute (Megatron-LM's
+    --recompute-method and --recompute-num-layers need --recompute-granularity full)."""
+    if not training:
+        return
+    mods = training.get("recompute_modules", ("core_attn",))
+    if isinstance(mods, str):
+        mods = [mods]
+    if not isinstance(mods, (list, tuple)) or not mods or any(m not in RECOMPUTE_MODULES for m in mods):
+        errs.add("training.recompute_modules", f"expected a list of {', '.join(RECOMPUTE_MODULES)}, got {mods!r}",
+                 "write e.g. [core_attn] or [layernorm, mla_up_proj, moe_act]")
+        mods = ("core_attn",)
+    training["recompute_modules"] = tuple(sorted(set(mods), key=RECOMPUTE_MODULES.index))
+    if training.get("recompute") != "selective" and training["recompute_modules"] != ("core_attn",):
+        errs.add("training.recompute_modules", f"applies to recompute: selective only, got recompute: {training.get('recompute', 'none')}",
+                 "set training.recompute: selective, or remove training.recompute_modules")
+    if training.get("recompute") == "full":
+        return
+    for key, default in (("recompute_method", "uniform"), ("recompute_num_layers", 1)):
+        if training.get(key, default) != default:
+            errs.add(f"training.{key}", f"applies to recompute: full only, got recompute: {training.get('recompute', 'none')}",
+                     f"set training.recompute: full, or remove training.{key}")
+
+
 def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> None:
     p = parallel
+    _check_recompute(training, errs)
     if p.get("schedule") is not None and p["schedule"] not in SCHEDULES and not p.get("schedule_csv"):
         errs.add("parallel.schedule", f"unknown schedule {p['schedule']!r}", f"use one of: {', '.join(SCHEDULES)}")
     _check_placement(p, errs)
@@ -888,3 +914,6 @@ def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> No
         prec = training.get("precision")
         if prec and prec not in dev.peak_flop_per_s:
             errs.add("training.precision", f"{cluster['device']} has no {prec} peak in its preset", f"use one of: {', '.join(k for k in dev.peak_flop_per_s if k in ('fp16', 'bf16', 'fp8'))}")
+        if training.get("optimizer_offload") == "cpu" and not dev.host_bandwidth:
+            errs.add("training.optimizer_offload", f"{cluster['device']} has no host-link bandwidth in its preset",
+                     "give the preset a host_link, or set training.optimizer_offload: none")

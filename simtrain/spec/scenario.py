@@ -151,6 +151,10 @@ class ModelSpec:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
 
 
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
+"""The parts training.recompute_modules may name (Megatron-core TransformerConfig.recompute_modules)."""
+
+
 @dataclass(frozen=True)
 class TrainingSpec:
     """One training step: batch sizes and numerics."""
@@ -158,6 +162,34 @@ class TrainingSpec:
     global_batch_size: int = spec_field("posint", "sequences per step (a multiple of micro_batch_size x dp)", maximum=1_048_576)
     precision: str = spec_field(("fp16", "bf16", "fp8"), "GEMM precision (the device preset needs its peak)", default="bf16")
     recompute: str = spec_field(("none", "selective", "full"), "activation recomputation", default="none")
+    # Megatron-LM's --recompute-method / --recompute-num-layers (with recompute: full), per model
+    # stage (each virtual chunk): uniform checkpoints groups of N layers (every layer recomputed,
+    # one input kept per group), block recomputes the first N layers and keeps the rest whole
+    recompute_method: str = spec_field(("uniform", "block"), "with recompute: full, which layers are recomputed "
+                                       "(uniform: all, in groups of recompute_num_layers; block: the first "
+                                       "recompute_num_layers of each model stage)", default="uniform",
+                                       dump_if=lambda t: t.recompute == "full")
+    recompute_num_layers: int = spec_field("posint", "with recompute: full, layers per checkpointed group (uniform) "
+                                           "or layers recomputed per model stage (block)", default=1, maximum=10_000,
+                                           dump_if=lambda t: t.recompute == "full")
+    # Megatron-core's --recompute-modules (with --recompute-granularity selective; default core_attn)
+    recompute_modules: tuple = spec_field(
+        "any", "with recompute: selective, the parts recomputed: core_attn, layernorm (norm outputs), "
+        "mla_up_proj (MLA's Q, K, V from the latents), moe_act (expert SwiGLU/GeLU outputs)",
+        default=("core_attn",), dumper=list, dump_if=lambda t: t.recompute == "selective",
+        json={"type": "array", "items": {"enum": list(RECOMPUTE_MODULES)}, "minItems": 1,
+              "description": "list of core_attn, layernorm, mla_up_proj, moe_act"})
+    # Megatron-core's --exp-avg-dtype / --exp-avg-sq-dtype (with --use-precision-aware-optimizer)
+    optimizer_moments: str = spec_field(("fp32", "bf16"), "dtype of Adam's two moments (DeepSeek-V3: bf16; "
+                                        "the master weights stay fp32)", default="fp32")
+    # ZeRO-Offload (Ren et al., USENIX ATC'21): the fp32 master weights and Adam state on the host
+    optimizer_offload: str = spec_field(("none", "cpu"), "cpu: the optimizer state (fp32 master weights, Adam moments) "
+                                        "lives in host memory and the step runs there: gradients copied to the host, "
+                                        "updated 16-bit weights back, over the device's host link", default="none")
+    # Megatron-core's --activation-func-fp8-input-store (TransformerConfig.activation_func_fp8_input_store)
+    activation_fp8_input_store: bool = spec_field(
+        "bool", "keep the MLP and expert activation function's input (fc1 output) in FP8 for the backward, "
+        "1 byte per value (DeepSeek-V3 caches its SwiGLU inputs in FP8)", default=False)
     flash_attention: bool = spec_field("bool", "fused attention (needed for cp > 1)", default=True)
     forward_only: bool = spec_field(
         "bool", "simulate a forward pass over the batch only (no backward, gradient reduction or optimizer step; "

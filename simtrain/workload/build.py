@@ -18,6 +18,7 @@ from __future__ import annotations
 from simtrain.plan.layers import stage_layer_counts
 from simtrain.spec.scenario import Scenario
 from simtrain.workload.ir import ACT_BYTES, StageWork
+from simtrain.workload.memory import recompute_modes, recompute_working
 from simtrain.workload.moe import layer_kinds, routing_shares
 from simtrain.workload.transformer import LayerBuilder
 
@@ -38,7 +39,6 @@ def build_workload(sc: Scenario, num_stages: int | None = None, ep_rank: int = 0
         shares = iter([nominal] * len(table) if uniform else table)
     dense_p = bld.layer_params()
     moe_p = bld.moe_params() if moe is not None else (0.0, 0.0)
-    full_rc = sc.training.recompute == "full"
     emb_params = bld.V * bld.h / bld.tp + (sc.model.seq_length * bld.h if bld.gpt else 0)
     head_params = bld.V * bld.h / bld.tp + (2 if bld.gpt else 1) * bld.h
     enc = sc.model.encoder
@@ -56,46 +56,47 @@ def build_workload(sc: Scenario, num_stages: int | None = None, ep_rank: int = 0
     pos = 0
     for s, n in enumerate(counts):
         layers, dense, expert, acts = [], [], [], []
-        working = 0.0
+        whole = []          # per layer: (recompute mode, its activations with nothing recomputed)
+        group = 0           # layers one recompute rematerialises at once (recompute_modes)
         fwd = 0.0           # a forward-only pass: one layer's activations alive at a time (nothing stored)
         if ebld is not None and (s < enc_k or (enc_k == 0 and s == 0)):
-            # the encoder's layers (split evenly over its stages), the projector after the last
+            # the encoder's layers (split evenly over its stages), the projector after the last;
+            # the encoder is its own block, so its layers are counted apart for recompute_method
             per = enc.num_layers // max(enc_k, 1)
-            lp = ebld.layer()
-            for _ in range(per):
-                layers.append(lp)
+            modes, group = recompute_modes(sc, per)
+            for mode in modes:
+                layers.append(ebld.layer(recompute=mode))
                 dense.append(ebld.layer_params())
                 expert.append(0.0)
-                acts.append(ebld.act_per_layer(sc.training.recompute))
-                fwd = max(fwd, ebld.act_per_layer("none"))
-            working = max(working, ebld.act_per_layer("none") if full_rc else 0.0)
+                acts.append(ebld.act_per_layer(mode))
+                whole.append((mode, ebld.act_per_layer("none")))
             if s == max(enc_k - 1, 0):
                 layers.append(ebld.projector(bld.h))
                 dense.append(ebld.projector_params(bld.h))
                 expert.append(0.0)
                 acts.append(ebld.projector_act(bld.h))
-                fwd = max(fwd, ebld.projector_act(bld.h))
-        for _ in range(n):
+                whole.append(("none", ebld.projector_act(bld.h)))
+        modes, g = recompute_modes(sc, n)
+        group = max(group, g)
+        for mode in modes:
             kind = kinds[pos]
             pos += 1
             if kind == "moe":
                 sh = next(shares)
                 tk = bld.moe_tokens(sh, ep_rank)
-                layers.append(bld.layer("moe", sh, ep_rank))
+                layers.append(bld.layer("moe", sh, ep_rank, recompute=mode))
                 dense.append(moe_p[0])
                 expert.append(moe_p[1])
-                acts.append(bld.act_per_layer(sc.training.recompute, "moe", tk["rows"], tk["send"]))
-                fwd = max(fwd, bld.act_per_layer("none", "moe", tk["rows"], tk["send"]))
-                if full_rc:
-                    working = max(working, bld.act_per_layer("none", "moe", tk["rows"], tk["send"]))
+                acts.append(bld.act_per_layer(mode, "moe", tk["rows"], tk["send"]))
+                whole.append((mode, bld.act_per_layer("none", "moe", tk["rows"], tk["send"])))
             else:
-                layers.append(bld.layer())
+                layers.append(bld.layer(recompute=mode))
                 dense.append(dense_p)
                 expert.append(0.0)
-                acts.append(bld.act_per_layer(sc.training.recompute))
-                fwd = max(fwd, bld.act_per_layer("none"))
-                if full_rc:
-                    working = max(working, bld.act_per_layer("none"))
+                acts.append(bld.act_per_layer(mode))
+                whole.append((mode, bld.act_per_layer("none")))
+        fwd = max((x for _, x in whole), default=0.0)
+        working = recompute_working(whole, group)
         params = sum(dense) + sum(expert)
         if s == first_lm:
             params += emb_params

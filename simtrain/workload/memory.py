@@ -13,7 +13,57 @@ recompute.
 """
 from __future__ import annotations
 
+from simtrain.spec.scenario import Scenario
 from simtrain.workload.base import LayerDims
+
+
+def recompute_modes(sc: Scenario, layers: int) -> tuple[tuple[str, ...], int]:
+    """What each of a model stage's `layers` (in forward order) recomputes, and how many layers
+    one recompute rematerialises at once (the working set of the backward; 0: none recomputed).
+
+    A layer's mode is `none`, `selective`, `full` (recomputed; its input kept) or `inner`
+    (recomputed as part of a group whose first layer keeps the group's input: nothing kept).
+    recompute: full follows Megatron-LM's --recompute-method (megatron/core/transformer/
+    transformer_block.py, _checkpointed_forward), per model stage (each virtual chunk):
+      uniform  the layers in consecutive groups of N = recompute_num_layers, each group one
+               checkpoint: every layer recomputed, ceil(L/N) inputs kept, N layers alive at once
+      block    the first N layers each checkpointed alone, the other L - N keep everything
+
+    >>> from types import SimpleNamespace as N
+    >>> t = lambda m, n: N(training=N(recompute="full", recompute_method=m, recompute_num_layers=n))
+    >>> recompute_modes(t("uniform", 3), 7)
+    (('full', 'inner', 'inner', 'full', 'inner', 'inner', 'full'), 3)
+    >>> recompute_modes(t("block", 2), 4)
+    (('full', 'full', 'none', 'none'), 1)
+    """
+    t = sc.training
+    if t.recompute != "full":
+        return (t.recompute,) * layers, 0
+    n = t.recompute_num_layers
+    if t.recompute_method == "block":
+        return tuple("full" if i < n else "none" for i in range(layers)), (1 if layers and n else 0)
+    return tuple("full" if i % n == 0 else "inner" for i in range(layers)), min(n, layers)
+
+
+def recompute_working(layers: list, group: int) -> float:
+    """The transient bytes of a full recompute: the largest run of `group` consecutive recomputed
+    layers' whole activations (each (mode, bytes with nothing recomputed), in forward order; a
+    group starts at a `full` layer and takes the `inner` ones after it). 0 when nothing is
+    recomputed. Example: uniform groups of 2 over layers of 3, 5, 4 bytes -> max(3 + 5, 4) = 8.
+
+    >>> recompute_working([("full", 3.0), ("inner", 5.0), ("full", 4.0)], 2)
+    8.0
+    """
+    best, cur = 0.0, 0.0
+    for mode, nbytes in layers:
+        if mode == "full":
+            cur = nbytes
+        elif mode == "inner":
+            cur += nbytes
+        else:
+            cur = 0.0
+        best = max(best, cur)
+    return best if group else 0.0
 
 
 class Memory(LayerDims):
@@ -64,31 +114,47 @@ class Memory(LayerDims):
 
     def act_per_layer(self, recompute: str, kind: str = "dense", rows: float = 0.0, send: float = 0.0) -> float:
         """Stored bytes per layer per microbatch (see module docstring for the derivation). For an
-        MoE layer, `rows` and `send` are `moe_tokens`' grouped-GEMM rows and dispatched assignments."""
+        MoE layer, `rows` are `moe_tokens`' grouped-GEMM rows (`send`, the dispatched assignments, keeps nothing).
+        With recompute `selective`, training.recompute_modules says what is not kept (Megatron-core
+        names): core_attn the attention scores (already none with flash attention), layernorm the
+        norm outputs, mla_up_proj MLA's Q, K and V (rebuilt from the kept latents), moe_act the
+        experts' activation output (rebuilt from its kept input)."""
         s, b, h, t, f, a = self.s // self.cp, self.b, self.h, self.tp, self.f, self.a
-        kv = self.g * self.d
-        if self.mla is not None:
-            m = self.mla
-            kv = a * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2     # per-head K and V kept for the core
         seq_div = t if self.sp else 1
+        if recompute == "inner":
+            return 0.0                                   # inside a checkpointed group: nothing kept
         if recompute == "full":
             return 2 * s * b * h / seq_div
+        mods = set(self.sc.training.recompute_modules) if recompute == "selective" else set()
         drop = 1 if self.gpt else 0
-        # sequence-region tensors: norm inputs (2x 2h), QKV input 2h, MLP input 2h, dropout masks (2x h)
-        seq = (2 * h + 2 * h + 2 * h + 2 * h + 2 * drop * h) / seq_div
-        # tensor-parallel region: Q (2·a·d, i.e. 2h unless head_dim is given), K and V (2 kv each),
-        # attention output 2·a·d, MLP internals
-        if kind == "moe":
-            moe = self.moe
-            fs = moe.shared_expert_ffn_hidden_size
-            mlp = (4 * fs if self.gpt else 6 * fs)
+        norm_out = 0 if "layernorm" in mods else 1
+        # sequence-region tensors: norm inputs (2x 2h), their outputs (the QKV input 2h, the MLP
+        # input 2h), dropout masks (2x h)
+        seq = (2 * h + 2 * h + norm_out * (2 * h + 2 * h) + 2 * drop * h) / seq_div
+        # MLP: the activation's input (fc1 output: f wide for GeLU, gate and up 2f for SwiGLU), in
+        # FP8 with activation_fp8_input_store, and its output (fc2's input, 2f)
+        fc1_b = 1 if self.sc.training.activation_fp8_input_store else 2
+        width = self.moe.shared_expert_ffn_hidden_size if kind == "moe" else f
+        mlp = fc1_b * (1 if self.gpt else 2) * width + 2 * width
+        if self.mla is None:
+            # tensor-parallel region: Q (2·a·d, i.e. 2h unless head_dim is given), K and V
+            # (2·g·d each), attention output 2·a·d, MLP internals
+            q, kv = a * self.d, self.g * self.d
+            tpr = (2 * q + 4 * kv + 2 * q + mlp) / t
         else:
-            mlp = 4 * f if self.gpt else 6 * f
-        q = a * self.d if self.mla is None else h              # MLA keeps the paper's h-wide Q and output
-        tpr = (2 * q + 4 * kv + 2 * q + mlp) / t
+            # MLA (DeepSeek-V2 §2.1.2) as the flash kernel sees it: per head Q and K of
+            # qk_nope + qk_rope, V and the output of v_head_dim (the output is also attn_out's
+            # input); the latents on every tp rank: the q_down output (q_norm's input, 2·q_lora),
+            # the kv_down output (kv_norm's input and the shared rotary key, 2·(kv_lora + rope))
+            # and the norms' outputs (the up-projections' inputs)
+            m = self.mla
+            qk, v = a * (m.qk_nope_head_dim + m.qk_rope_head_dim), a * m.v_head_dim
+            qkv = 0 if "mla_up_proj" in mods else 2 * qk + 2 * qk + 2 * v
+            ql = m.q_lora_rank or 0
+            tpr = (qkv + 2 * v + mlp) / t + 2 * ql + 2 * (m.kv_lora_rank + m.qk_rope_head_dim) + norm_out * (2 * ql + 2 * m.kv_lora_rank)
         if self.flash:
             scores = 4 * a / t                                 # fp32 log-sum-exp per (head, query): 4·a·s·b/t bytes
-        elif recompute == "selective":
+        elif recompute == "selective" and "core_attn" in mods:
             scores = 0.0
         else:
             scores = (5 if drop else 2) * a * s / t           # s·b·5·a·s = 5·a·s²·b bytes (Korthikanti)
@@ -96,9 +162,16 @@ class Memory(LayerDims):
         if kind == "moe":
             moe = self.moe
             width = moe.expert_ffn_hidden_size / self.etp
-            # routed experts: gathered input (2h), fc1 output and activation output per row; fp32
-            # router probabilities; expert outputs awaiting the weighted combine
-            out += rows * (2 * h + (4 if self.gpt else 6) * width) + 4 * (s * b / seq_div) * moe.num_experts + 2 * send * h
+            # routed experts per row: gathered input (2h; with FP8 dispatch the FP8 tokens as they
+            # arrive, 1 byte + one fp32 scale per 128 values, DeepSeek-V3 §3.3.2), fc1 output
+            # (the activation's input), the activation's output and its fp32 routing weight:
+            # Megatron-core applies the routing weights inside the experts' activation
+            # (TEGroupedMLP: weighted_bias_swiglu_impl with permuted_probs), so the combine is a
+            # plain sum that keeps nothing; and the fp32 router probabilities per token
+            xin = h * (1 + 4 / 128) if moe.dispatch_precision == "fp8" else 2 * h
+            act_out = 0 if "moe_act" in mods else 2 * width
+            fc1_out = fc1_b * (1 if self.gpt else 2) * width
+            out += rows * (xin + fc1_out + act_out + 4) + 4 * (s * b / seq_div) * moe.num_experts
         return out
 
     def act_pre(self) -> float:

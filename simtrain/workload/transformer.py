@@ -20,16 +20,19 @@ class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
     """Every layer program of one rank: `LayerDims` gives the dimensions and operators, the
     mixins the layer parts; this class assembles them into layers."""
 
-    def layer(self, kind: str = "dense", shares: tuple | None = None, ep_rank: int = 0) -> LayerProgram:
+    def layer(self, kind: str = "dense", shares: tuple | None = None, ep_rank: int = 0,
+              recompute: str | None = None) -> LayerProgram:
         """A layer's program: `dense` (attention + MLP), or `moe` with the layer's expert shares
-        (see `routing_shares`) seen from expert-parallel rank `ep_rank`. Cached per distinct layer."""
-        key = (kind, shares, ep_rank if kind == "moe" else 0)
+        (see `routing_shares`) seen from expert-parallel rank `ep_rank`; `recompute` is the layer's
+        mode (`memory.recompute_modes`; None: training.recompute). Cached per distinct layer."""
+        rc = self.sc.training.recompute if recompute is None else ("full" if recompute == "inner" else recompute)
+        key = (kind, shares, ep_rank if kind == "moe" else 0, rc)
         hit = self._layers.get(key)
         if hit is None:
-            hit = self._layers[key] = self._layer(kind, shares, ep_rank)
+            hit = self._layers[key] = self._layer(kind, shares, ep_rank, rc)
         return hit
 
-    def _layer(self, kind, shares, ep_rank) -> LayerProgram:
+    def _layer(self, kind: str, shares: tuple | None, ep_rank: int, rc: str) -> LayerProgram:
         attn_f, attn_b, core_f = self.attention_block()
         if kind == "moe":
             mlp_f, mlp_b = self.moe_block(shares, ep_rank)
@@ -37,11 +40,21 @@ class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
             mlp_f, mlp_b = self.mlp_block(self.f)
         fwd_items = join_segments(attn_f + mlp_f)
         bwd_items = join_segments(mlp_b + attn_b)
-        rc = self.sc.training.recompute
         if rc == "full":
             recompute = tuple(as_recompute(x) for x in fwd_items)
         elif rc == "selective":
-            recompute = tuple(as_recompute(x) for x in core_f)
+            # Megatron-core recompute_modules: the attention core, and the named operators
+            # re-run before the backward (norms, MLA up-projections with the rotary, expert activation)
+            mods = set(self.sc.training.recompute_modules)
+            names = set()
+            if "layernorm" in mods:
+                names |= {"layernorm1", "layernorm2", "rmsnorm1", "rmsnorm2", "q_norm", "kv_norm"}
+            if "mla_up_proj" in mods and self.mla is not None:
+                names |= {"q_up", "kv_up", "rotary"}
+            if "moe_act" in mods:
+                names |= {"experts.swiglu", "experts.gelu"}
+            ops = tuple(as_recompute(o) for it in fwd_items if isinstance(it, tuple) for o in it if o.name in names)
+            recompute = ((ops,) if ops else ()) + (tuple(as_recompute(x) for x in core_f) if "core_attn" in mods else ())
         else:
             recompute = ()
         t = self.tp
