@@ -16,6 +16,13 @@ returns the wall time of one iteration of a `Batch`:
     step = cpu_overhead_s + gpu   (or max(cpu, gpu) when the engine overlaps scheduling with the
            GPU: vLLM's async scheduling, SGLang's and TRT-LLM's overlap schedulers)
 
+A decode-only batch under CUDA graphs (the bulk of a rollout) is priced without building its
+operators: everything but attention is cached per (tokens, sampled rows), and the decode
+attention kernel's bytes and FLOPs are the same closed forms `GenerationDims.attention_ops`
+uses, evaluated on scalars (`decode_seconds`). The result is bit-for-bit the operator path's
+(`seconds_from_ops`; tests/test_rollout_fast.py compares them on dense, GQA-replicated and MLA
+models, with graphs on and off).
+
 vLLM's v0.6.0 performance post (blog.vllm.ai/2024/09/05/perf-update.html) is the reason the CPU
 term exists: profiling Llama 3 8B on one H100 found the HTTP API server at 33 % of the execution
 time and scheduling (with output processing) at 29 %, the GPU busy for only 38 %: for small
@@ -29,7 +36,7 @@ from simtrain.hardware.topology import Topology
 from simtrain.network.collectives import choose
 from simtrain.plan.grid import group_shape
 from simtrain.workload.generation import Batch, GenerationDims
-from simtrain.workload.ir import Comm, Op
+from simtrain.workload.ir import ACT_BYTES, Comm, Op
 
 ATTENTION = ("decode_attn", "prefill_attn")
 
@@ -50,6 +57,10 @@ class IterationCost:
         self._comm: dict = {}
         self._fixed_cache: dict = {}
         self._vector = "bf16" if "bf16" in device.peak_flop_per_s else "fp16"
+        # decode attention's closed forms (GenerationDims.attention_ops), per layer
+        self._kvl = dims.kv_bytes_per_token_layer()
+        self._per = dims.qk_dim + dims.v_dim
+        self._fl_width = (2 * dims.mla.kv_lora_rank + dims.mla.qk_rope_head_dim) if dims.mla is not None else self._per
 
     def comm_time(self, c: Comm) -> float:
         key = (c.collective, c.size_bytes)
@@ -106,10 +117,36 @@ class IterationCost:
             return launch + self._fixed(b) + attn
         return host_queue(self.kernels(b), launch)
 
-    def seconds(self, b: Batch) -> float:
-        """Wall time of one iteration of batch `b`."""
+    def seconds_from_ops(self, b: Batch) -> float:
+        """Wall time of one iteration of batch `b`, from its operators."""
         if b.seqs == 0:
             return 0.0
         gpu = self.gpu_seconds(b)
         cpu = self.engine.cpu_overhead_s
         return max(cpu, gpu) if self.engine.overlap_cpu else cpu + gpu
+
+    def seconds(self, b: Batch) -> float:
+        """Wall time of one iteration of batch `b` (decode-only batches by `decode_seconds`)."""
+        if b.prefill or not b.decode:
+            return self.seconds_from_ops(b)
+        return self.decode_seconds(b.decode, b.decode_ctx, b.sampled)
+
+    def decode_seconds(self, n: int, ctx: float, sampled: int) -> float:
+        """`seconds_from_ops(Batch(n, ctx, (), sampled))` without building operators: n decode
+        tokens reading `ctx` cached-plus-new tokens of KV in all. The arithmetic is the operator
+        path's, in the same order, so the result is identical."""
+        e = self.engine
+        if not (e.cuda_graphs and n <= e.cuda_graph_max_batch):
+            return self.seconds_from_ops(Batch(n, ctx, (), sampled))
+        fixed = self._fixed_cache.get((n, sampled))
+        if fixed is None:
+            fixed = self._fixed(Batch(n, ctx, (), sampled))
+        d = self.dims
+        nbytes = ctx * self._kvl + ACT_BYTES * n * d.heads * self._per
+        fl = 2.0 * d.heads * ctx * self._fl_width
+        mem = self.costs.memory_time(nbytes)
+        flash = self.dev.flash
+        eff = flash.at(max(ctx / n, 1.0))[0] if flash is not None else 1.0
+        gpu = e.launch_overhead_s + fixed + max(mem, fl / (self.dev.peak(self._vector) * eff)) * d.L
+        cpu = e.cpu_overhead_s
+        return max(cpu, gpu) if e.overlap_cpu else cpu + gpu
