@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simtrain.cost.roofline import host_queue
 from simtrain.hardware.devices import get_device
 from simtrain.hardware.topology import load_topology
-from simtrain.rollout.cost import IterationCost
+from simtrain.rollout.cost import IterationCost, grouped_host_queue
 from simtrain.rollout.engine import EngineConfig, Request, simulate_generation
 from simtrain.spec.scenario import ModelSpec
 from simtrain.studies.validate_serving import model_spec
@@ -56,6 +57,37 @@ def test_decode_seconds_is_the_operator_path(name, tp, nodes, engine):
                 b = Batch(n, ctx, (), sampled)
                 assert cost.seconds(b) == ref.seconds_from_ops(b)
                 assert cost.decode_seconds(n, ctx, sampled) == ref.seconds_from_ops(b)
+
+
+def test_grouped_host_queue_by_hand_and_against_the_expanded_list():
+    """c = 10 us; one group (2 x [50, 5]) then [5]: expanded 50, 5, 50, 5, 5; host_queue =
+    max(10 + 115, 20 + 65, 30 + 60, 40 + 10, 50 + 5) = 125 us. Random groups agree with
+    `host_queue` of the expanded list to rounding."""
+    groups = [(2, [50e-6, 5e-6]), (1, [5e-6])]
+    assert grouped_host_queue(groups, 10e-6) == pytest.approx(125e-6, rel=1e-12)
+    assert host_queue([50e-6, 5e-6, 50e-6, 5e-6, 5e-6], 10e-6) == pytest.approx(125e-6, rel=1e-12)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        groups = [(int(rng.integers(1, 70)), list(rng.exponential(rng.choice([1e-6, 1e-5, 1e-4]), int(rng.integers(1, 20)))))
+                  for _ in range(int(rng.integers(1, 4)))]
+        c = float(rng.choice([0.0, 1e-6, 5e-6, 2e-5]))
+        flat = [t for count, seq in groups for t in seq * count]
+        assert grouped_host_queue(groups, c) == pytest.approx(host_queue(flat, c), rel=1e-12)
+
+
+@pytest.mark.parametrize("name, tp, nodes", [("llama3-8b", 1, 0), ("deepseek-v3", 32, 4), ("mixtral-8x7b", 4, 1)])
+def test_eager_iterations_queue_like_the_expanded_kernel_list(name, tp, nodes):
+    """Eager iterations (graphs off, or above the graph limit: prefill chunks) priced per layer
+    kind equal `host_queue` over every kernel in issue order, to rounding."""
+    m = model_spec(name)
+    for e in (EngineConfig(tp=tp, cuda_graphs=False), EngineConfig(tp=tp, launch_overhead_s=2e-5)):
+        cost = IterationCost(GenerationDims(m, tp), H20, h20_topology(nodes) if nodes else None, e)
+        for b in (Batch(200, 200 * 900.0, ((0, 7992),), 200), Batch(0, 0.0, ((0, 2048), (2048, 2048), (0, 4096)), 2),
+                  Batch(3, 3000.0, (), 3), Batch(600, 600 * 1500.0, (), 600)):
+            want = host_queue(cost.kernels(b), e.launch_overhead_s)
+            if e.cuda_graphs and b.tokens <= e.cuda_graph_max_batch:
+                continue
+            assert cost.gpu_seconds(b) == pytest.approx(want, rel=1e-12)
 
 
 def long_tail(n: int, seed: int, arrivals: bool = False) -> list:

@@ -11,8 +11,8 @@ returns the wall time of one iteration of a `Batch`:
            prefill attention by the FlashAttention curve) + tp collectives
     launch: CUDA graphs on and at most `cuda_graph_max_batch` tokens: one graph launch;
            otherwise every kernel is issued by the host, one per `launch_overhead_s`, and the device
-           runs each once issued (`cost.roofline.host_queue`): launches hide behind long kernels
-           and dominate short ones
+           runs each once issued (`cost.roofline.host_queue`, evaluated per layer kind by
+           `grouped_host_queue`): launches hide behind long kernels and dominate short ones
     step = cpu_overhead_s + gpu   (or max(cpu, gpu) when the engine overlaps scheduling with the
            GPU: vLLM's async scheduling, SGLang's and TRT-LLM's overlap schedulers)
 
@@ -30,7 +30,7 @@ models CPU overhead, not the GPU, sets the iteration time.
 """
 from __future__ import annotations
 
-from simtrain.cost.roofline import CalibratedRoofline, ComputeCostModel, host_queue
+from simtrain.cost.roofline import CalibratedRoofline, ComputeCostModel
 from simtrain.hardware.devices import Device
 from simtrain.hardware.topology import Topology
 from simtrain.network.collectives import choose
@@ -39,6 +39,35 @@ from simtrain.workload.generation import Batch, GenerationDims
 from simtrain.workload.ir import ACT_BYTES, Comm, Op
 
 ATTENTION = ("decode_attn", "prefill_attn")
+
+
+def grouped_host_queue(groups: list, c: float) -> float:
+    """`host_queue` of the kernels of `groups` ((count, kernel times), the kernel times
+    repeated count times, in order) without expanding them: within a repeated group the value
+    (k+1)·c + (time of kernels k..end) is linear in the repeat index, so its maximum is at the
+    first or the last repeat: max over the group's kernels j of (p0 + j + 1)·c + (rest of the
+    group from j) + (time after the group) + (count - 1)·max(group time, group length · c).
+    Equal to `host_queue` of the expanded list up to rounding (tests/test_rollout_fast.py)."""
+    if not c:
+        return sum(count * sum(seq) for count, seq in groups)
+    end = sum(count * len(seq) for count, seq in groups)
+    tail = best = 0.0
+    for count, seq in reversed(groups):
+        n = len(seq)
+        if not n or not count:
+            continue
+        p0 = end - count * n
+        loc = 0.0
+        top = float("-inf")
+        for j in range(n - 1, -1, -1):
+            loc += seq[j]
+            v = (p0 + j + 1) * c + loc
+            if v > top:
+                top = v
+        best = max(best, top + tail + (count - 1) * max(loc, n * c))
+        tail += count * loc
+        end = p0
+    return best
 
 
 class IterationCost:
@@ -79,8 +108,8 @@ class IterationCost:
         f = getattr(self.costs, "device_time", None)
         return f(o) if f is not None else self.costs.duration(o)
 
-    def kernels(self, b: Batch) -> list:
-        """Device times of the iteration's kernels (operators and collectives) in issue order."""
+    def kernel_groups(self, b: Batch) -> list:
+        """[(count, device times of one layer kind's kernels)] in issue order (`step_items`)."""
         out: list = []
         for count, items in self.dims.step_items(b):
             one = []
@@ -89,6 +118,13 @@ class IterationCost:
                     one.append(self.comm_time(it))
                 else:
                     one.extend(self.op_time(o) for o in it)
+            out.append((count, one))
+        return out
+
+    def kernels(self, b: Batch) -> list:
+        """Device times of the iteration's kernels (operators and collectives) in issue order."""
+        out: list = []
+        for count, one in self.kernel_groups(b):
             out.extend(one * count)
         return out
 
@@ -115,7 +151,7 @@ class IterationCost:
         if e.cuda_graphs and b.tokens <= e.cuda_graph_max_batch:
             attn = sum(self.op_time(o) for o in self.dims.attention_ops(b)) * self.dims.L
             return launch + self._fixed(b) + attn
-        return host_queue(self.kernels(b), launch)
+        return grouped_host_queue(self.kernel_groups(b), launch)
 
     def seconds_from_ops(self, b: Batch) -> float:
         """Wall time of one iteration of batch `b`, from its operators."""
