@@ -20,11 +20,14 @@ import pytest
 from simtrain.cost.roofline import host_queue
 from simtrain.hardware.devices import get_device
 from simtrain.hardware.topology import load_topology
+from simtrain.network.collectives import choose
+from simtrain.plan.grid import group_shape
 from simtrain.rollout.cost import IterationCost, grouped_host_queue
 from simtrain.rollout.engine import EngineConfig, Request, simulate_generation
 from simtrain.spec.scenario import ModelSpec
 from simtrain.studies.validate_serving import model_spec
 from simtrain.workload.generation import Batch, GenerationDims
+from simtrain.workload.ir import Comm
 
 ROOT = Path(__file__).resolve().parent.parent
 H20 = get_device("h20-96gb")
@@ -88,6 +91,22 @@ def test_eager_iterations_queue_like_the_expanded_kernel_list(name, tp, nodes):
             if e.cuda_graphs and b.tokens <= e.cuda_graph_max_batch:
                 continue
             assert cost.gpu_seconds(b) == pytest.approx(want, rel=1e-12)
+
+
+def test_collective_times_kept_across_engines_are_each_topologys_own():
+    """Collective times are kept across IterationCost instances by (collective, bytes, group
+    shape, topology): two topologies with different links keep different times, each equal to
+    `choose` on its own topology."""
+    m = model_spec("qwen2.5-7b")
+    topos = [h20_topology(1), load_topology(ROOT / "topologies" / "dgx-a100.yaml", nodes=1)]
+    for size in (4096.0, 2.0 ** 20, 3.0 * 2 ** 24):
+        c = Comm("tp", "all_reduce", size, "x")
+        got = []
+        for topo in topos + topos:
+            cost = IterationCost(GenerationDims(m, 2), H20, topo, EngineConfig(tp=2))
+            got.append(cost.comm_time(c))
+            assert got[-1] == choose("all_reduce", size, group_shape([0, 1], topo), topo).seconds
+        assert got[0] != got[1] and got[:2] == got[2:]
 
 
 def long_tail(n: int, seed: int, arrivals: bool = False) -> list:

@@ -40,6 +40,12 @@ from simtrain.workload.ir import ACT_BYTES, Comm, Op
 
 ATTENTION = ("decode_attn", "prefill_attn")
 
+# (collective, bytes, group shape, topology) -> seconds: `choose` without measured tables is a
+# pure function of these, so its values are kept across engines (an RL job builds one per
+# iteration); cleared when it grows past _COMM_MAX entries
+_COMM: dict = {}
+_COMM_MAX = 1 << 16
+
 
 def grouped_host_queue(groups: list, c: float) -> float:
     """`host_queue` of the kernels of `groups` ((count, kernel times), the kernel times
@@ -95,7 +101,16 @@ class IterationCost:
         key = (c.collective, c.size_bytes)
         t = self._comm.get(key)
         if t is None:
-            t = self._comm[key] = choose(c.collective, c.size_bytes, self.shape, self.topo).seconds if self.shape else 0.0
+            if self.shape is None:
+                t = 0.0
+            else:
+                shared = (c.collective, c.size_bytes, self.shape, self.topo)
+                t = _COMM.get(shared)
+                if t is None:
+                    if len(_COMM) >= _COMM_MAX:
+                        _COMM.clear()
+                    t = _COMM[shared] = choose(c.collective, c.size_bytes, self.shape, self.topo).seconds
+            self._comm[key] = t
         return t
 
     def op_time(self, o: Op) -> float:

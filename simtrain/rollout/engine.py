@@ -27,6 +27,13 @@ iterations have the same shape and only their KV reads grow by n tokens each. Th
 at once: k = min(iterations to the first finish, iterations until the cache is full, iterations
 until the next arrival), time = k·(t_1 + t_k)/2, exact when the step time is linear in the KV
 read (as the roofline's memory-bound terms are), and a close approximation otherwise.
+
+Decode stretches: when, in addition, nothing waits and no request can still arrive, the bulk
+advances from one finish to the next are taken together (`_Replica._stretch`): the running
+requests are sorted by remaining tokens once, each stretch's batch size, first KV read (a suffix
+sum of computed tokens) and end-of-stretch blocks come from array operations, and only the two
+step prices per stretch are computed one by one. The records are the bulk advance's, bit for
+bit (`stretch=False` turns it off; tests/test_rollout_fast.py compares all three paths).
 """
 from __future__ import annotations
 
