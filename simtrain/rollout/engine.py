@@ -27,6 +27,13 @@ iterations have the same shape and only their KV reads grow by n tokens each. Th
 at once: k = min(iterations to the first finish, iterations until the cache is full, iterations
 until the next arrival), time = k·(t_1 + t_k)/2, exact when the step time is linear in the KV
 read (as the roofline's memory-bound terms are), and a close approximation otherwise.
+
+Decode stretches: when, in addition, nothing waits and no request can still arrive, the bulk
+advances from one finish to the next are taken together (`_Replica._stretch`): the running
+requests are sorted by remaining tokens once, each stretch's batch size, first KV read (a suffix
+sum of computed tokens) and end-of-stretch blocks come from array operations, and only the two
+step prices per stretch are computed one by one. The records are the bulk advance's, bit for
+bit (`stretch=False` turns it off; tests/test_rollout_fast.py compares all three paths).
 """
 from __future__ import annotations
 
@@ -161,7 +168,8 @@ def kv_cache_blocks(dims: GenerationDims, device: Device, engine: EngineConfig) 
 class _Replica:
     """The scheduler state of one engine replica."""
 
-    def __init__(self, reqs: list, cost: IterationCost, engine: EngineConfig, total_blocks: int, replica: int, bulk: bool):
+    def __init__(self, reqs: list, cost: IterationCost, engine: EngineConfig, total_blocks: int, replica: int, bulk: bool,
+                 stretch: bool = True):
         self.P = np.array([r.prompt_tokens for r in reqs], dtype=np.int64)
         self.R = np.array([r.output_tokens for r in reqs], dtype=np.int64)
         self.arr = [float(r.arrival_s) for r in reqs]
@@ -172,6 +180,7 @@ class _Replica:
         self.finish = np.full(n, np.nan)
         self.first = np.full(n, np.nan)
         self.cost, self.e, self.total, self.replica, self.bulk = cost, engine, total_blocks, replica, bulk
+        self.stretch = bulk and stretch
         self.order = sorted(range(n), key=lambda i: (self.arr[i], i))
         self.records: list = []
         self.preemptions = 0
@@ -290,12 +299,20 @@ class _Replica:
                                     "raise gpu_memory_utilization or shorten the requests")
             b = self._batch(ids, new)
             k = 1
-            if (self.bulk and not pre and not admitted and b.decode == len(running) == len(ids)
+            if (self.bulk and not pre and not admitted and b.decode == len(running) == len(ids) == b.sampled
                     and (not waiting or self._admission_blocked(running, waiting, free))):
+                if self.stretch and not waiting and nxt == n:
+                    out = self._stretch(running, now, free)
+                    if out is not None:
+                        now, free, gone = out
+                        done += gone
+                        continue
                 k = self._bulk_steps(running, nxt, now, b)
             if k > 1:
                 t, t1, tk = self._bulk_time(b, k, len(running))
                 run = np.fromiter(running, dtype=np.int64, count=len(running))
+                fresh = run[self.gen[run] == 0]         # a prompt whose last chunk was one token samples its first now
+                self.first[fresh] = now + t1
                 self.comp[run] += k
                 self.gen[run] += k
                 blk = -(-self.comp[run] // self.e.block_size)
@@ -332,6 +349,79 @@ class _Replica:
                 running[:] = [r for r in running if r not in gone]
                 done += len(gone)
         return now
+
+    def _stretch(self, running: list, now: float, free: int) -> tuple | None:
+        """Decode-only stretches back to back, while nothing waits or can arrive: every running
+        request decodes one token per iteration until the shortest remaining one finishes, the
+        batch shrinks, and so on. Each stretch between finishes is what the bulk advance would
+        record (same k, same trapezoid, same block counts), computed from arrays sorted by
+        remaining tokens instead of one scheduler pass per stretch. Stops before the first
+        stretch whose KV blocks would not fit (the scheduler then preempts). Returns (now, free
+        blocks, requests finished), or None when even the first stretch does not fit. The first
+        iteration's blocks were allocated by `_schedule`; they are recounted here from the
+        computed tokens (blocks = ceil(computed / block_size) for every running request)."""
+        bs, total = self.e.block_size, self.total
+        run = np.fromiter(running, dtype=np.int64, count=len(running))
+        N = len(run)
+        rem = self.R[run] - self.gen[run]
+        order = np.argsort(rem, kind="stable")
+        rs = rem[order]
+        cs = self.comp[run][order]
+        u, starts = np.unique(rs, return_index=True)      # stretch m ends after u[m] iterations in all
+        M = len(u)
+        # blocks in use at the end of stretch m (before its finishers free theirs): sum over the
+        # requests alive in it (sorted positions >= starts[m]) of ceil((computed + u[m]) / bs)
+        used = np.empty(M, dtype=np.int64)
+        col = np.arange(N)
+        rows = max(1, (1 << 20) // max(N, 1))
+        for a in range(0, M, rows):
+            z = slice(a, a + rows)
+            mat = (cs[None, :] + (u[z, None] + (bs - 1))) // bs
+            used[a:a + rows] = np.where(col[None, :] >= starts[z, None], mat, 0).sum(axis=1)
+        over = np.nonzero(used > total)[0]
+        m_end = int(over[0]) if len(over) else M
+        if m_end == 0:
+            return None
+        fresh = run[self.gen[run] == 0]                    # a prompt whose last chunk was one token
+        alive_comp = np.concatenate((np.cumsum(cs[::-1])[::-1], [0]))   # computed tokens of sorted positions >= i
+        cost, rec, rep = self.cost, self.records, self.replica
+        u_l, st_l, used_l, sc_l = u.tolist(), starts.tolist(), used.tolist(), alive_comp[starts].tolist()
+        ends = []
+        prev = 0
+        peak = self.peak
+        for m in range(m_end):
+            nm = N - st_l[m]
+            k = u_l[m] - prev
+            ctx = float(sc_l[m] + nm * (prev + 1))        # first iteration: each reads computed + 1 tokens
+            t1 = cost.decode_seconds(nm, ctx, nm)
+            if m == 0 and len(fresh):
+                self.first[fresh] = now + t1
+            if k > 1:
+                tk = cost.decode_seconds(nm, ctx + nm * (k - 1), nm)
+                t = k * (t1 + tk) / 2
+            else:
+                t = t1
+            um = used_l[m]
+            if um > peak:
+                peak = um
+            rec.append(Iteration(now, t, k, nm, nm, 0, um, 0, rep))
+            now += t
+            ends.append(now)
+            prev = u_l[m]
+        self.peak = peak
+        self.steps += prev
+        last = st_l[m_end] if m_end < M else N           # sorted positions < last have finished
+        gone = run[order[:last]]
+        self.finish[gone] = np.repeat(ends, np.diff(st_l[:m_end] + [last]))
+        self.comp[run] += np.minimum(rem, prev)
+        self.gen[run] += np.minimum(rem, prev)
+        self.blk[gone] = 0
+        keep = np.ones(N, dtype=bool)
+        keep[order[:last]] = False
+        alive = run[keep]
+        self.blk[alive] = -(-self.comp[alive] // bs)
+        running[:] = alive.tolist()
+        return now, total - int(self.blk[alive].sum()), last
 
     def _admission_blocked(self, running: list, waiting: deque, free: int) -> bool:
         """Whether the waiting head stays unadmittable while the batch only decodes."""
@@ -386,11 +476,13 @@ class _Replica:
 
 def simulate_generation(model: ModelSpec, device: Device, topology: Topology | None, engine: EngineConfig,
                         requests: Sequence[Request], costs: ComputeCostModel | None = None,
-                        bulk: bool = True) -> GenerationResult:
+                        bulk: bool = True, stretch: bool = True) -> GenerationResult:
     """Simulates `requests` on `engine.dp` independent replicas (request i goes to replica
     i mod dp), each with `engine.tp` ranks on devices 0..tp-1 of `topology` (None when tp = 1).
     `costs`: any compute cost model (default the device's CalibratedRoofline); `bulk`: advance
-    iterations of unchanging shape together (off: one iteration at a time, for checking)."""
+    iterations of unchanging shape together (off: one iteration at a time, for checking);
+    `stretch`: with `bulk`, run decode-only stretches finish to finish from sorted arrays (off:
+    one scheduler pass per bulk advance, for checking; the records are the same)."""
     dims = GenerationDims(model, engine.tp, engine.ep, engine.weight_dtype, engine.kv_dtype)
     total = kv_cache_blocks(dims, device, engine)
     reqs = list(requests)
@@ -427,7 +519,7 @@ def simulate_generation(model: ModelSpec, device: Device, topology: Topology | N
         idx = list(range(rep, len(reqs), engine.dp))
         if not idx:
             continue
-        sim = _Replica([reqs[i] for i in idx], cost, engine, total, rep, bulk)
+        sim = _Replica([reqs[i] for i in idx], cost, engine, total, rep, bulk, stretch)
         makespan = max(makespan, sim.run())
         finish[idx] = sim.finish
         first[idx] = sim.first
