@@ -256,3 +256,25 @@ def test_fixed_micro_batches_count_real_tokens_with_remove_padding():
     raw["actor"]["use_remove_padding"] = False
     job, _ = _build(raw)
     assert not job.roles["actor"].remove_padding and not job.roles["reference"].remove_padding
+
+
+def test_summary_memory_parts_add_up_to_each_row():
+    """Every memory row's bracketed parts sum to the row's total (to the printed rounding, 0.01 GiB
+    a part); state offloaded to the host during gen is named apart, not as a part."""
+    import re
+
+    from simtrain.cli.rl import summary
+    from simtrain.rl.iteration import simulate_rl
+    raw = copy.deepcopy(BASE)
+    raw["actor"]["offload"] = {"params": True, "optimizer": True}
+    raw["algorithm"]["use_kl_loss"] = True
+    job, probs = _build(raw)
+    assert probs == []
+    text = summary(simulate_rl(job), 0.0)
+    rows = text.split("memory per device by phase")[1].split("\n\n")[0].splitlines()[1:]
+    assert rows and any("on host, not counted" in r for r in rows)
+    for row in rows:
+        total = float(re.search(r"^\s+\S+\s+([\d.]+) GiB", row).group(1))
+        inside = row.split("(", 1)[1].split(";")[0].rstrip(")")
+        parts = [float(x) for x in re.findall(r"([\d.]+) GiB", inside)]
+        assert sum(parts) == pytest.approx(total, abs=0.01 * len(parts) + 0.005), row

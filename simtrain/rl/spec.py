@@ -203,6 +203,10 @@ def _template(name: str, role: dict, model_raw: dict, cluster: dict, network: di
         return None
     if role.get("strategy", "fsdp") == "fsdp":
         par.setdefault("zero_stage", 3)      # FSDP full sharding, verl's default fsdp_config
+    else:
+        # Megatron's distributed optimizer shards the optimizer state over dp (ZeRO-1): verl's
+        # megatron.use_distributed_optimizer default true (_generated_ppo_megatron_trainer.yaml, b178a3cd)
+        par.setdefault("zero_stage", 1)
     tp, pp, cp = (par.get(k, 1) for k in ("tp", "pp", "cp"))
     if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in (tp, pp, cp)):
         errs.add(f"{name}.parallel", "tp, pp and cp must be whole numbers >= 1", "give e.g. `parallel: {tp: 2}`")
