@@ -278,3 +278,18 @@ def test_summary_memory_parts_add_up_to_each_row():
         inside = row.split("(", 1)[1].split(";")[0].rstrip(")")
         parts = [float(x) for x in re.findall(r"([\d.]+) GiB", inside)]
         assert sum(parts) == pytest.approx(total, abs=0.01 * len(parts) + 0.005), row
+
+
+def test_one_node_split_four_and_four():
+    """One node of 8: 4 rollout + 4 training devices. The training topology has 4 devices per node;
+    hgx-h20's 4 NICs divide 4 devices, so they stay 4 NICs of 400 Gb/s (no re-count)."""
+    import json
+
+    raw = copy.deepcopy(BASE)
+    raw["cluster"]["nodes"] = 1
+    raw["placement"] = {"kind": "split", "rollout_devices": 4}
+    job, probs = _build(raw)
+    assert probs == []
+    a = job.roles["actor"]
+    assert (a.topology.nodes, a.topology.devices_per_node, a.scenario.parallel.dp, job.engine.dp) == (1, 4, 4, 2)
+    assert json.loads(a.scenario.cluster.topology_overrides) == {"devices_per_node": 4}
