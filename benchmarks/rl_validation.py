@@ -21,6 +21,7 @@ it, no model of the hardware can match the measurement with those lengths.
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import yaml
@@ -52,7 +53,12 @@ def flop_floor(job: RLJob, response_mean: float) -> tuple[float, float, float]:
     return k * n_params * tokens / rate, k * n_params, rate
 
 
+def _warn(message: Warning | str, category: type, filename: str, lineno: int, file: object = None, line: str | None = None) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str]) -> int:
+    warnings.showwarning = _warn
     cases = {c["id"]: c for c in yaml.safe_load((ROOT / "validation/data/rl/cases.yaml").read_text())["cases"]}
     sets: list[str] = []
     args = list(argv)

@@ -466,7 +466,7 @@ def build_rl_job(raw: dict, path: Path, errs: Collector) -> RLJob | None:
             warnings.warn(f"{errs.file}: {rname}.offload: "
                           f"{', '.join(k for k in ('params', 'optimizer', 'grads') if off.get(k))} offload on a "
                           f"{kind} placement is not timed: the host copies verl makes around each {rname} pass are "
-                          "left out (the offloaded state is still left out of the memory rows)", stacklevel=2)
+                          "left out (simtrain times host swaps only around generation on a colocated pool)", stacklevel=2)
         if tbs % mini:
             errs.add(f"{rname}.ppo_mini_batch_size", f"{mini} does not divide data.train_batch_size {tbs}",
                      "give a divisor of train_batch_size (both count prompts)")
