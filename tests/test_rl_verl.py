@@ -58,9 +58,16 @@ def test_one_step_off_dapo_fsdp2_colocate_script() -> None:
     assert actor["offload"] == {"params": True, "optimizer": True}  # offload=True
     assert actor["training"] == {"recompute": "full"}     # enable_gradient_checkpointing=True
     assert tree["reference"] == {"offload": {"params": True}}
-    # one warning lists the keys without timing effect, e.g. the learning rate
-    assert len(tree["_warnings"]) == 1
-    assert "actor_rollout_ref.actor.optim.lr" in tree["_warnings"][0]
+    assert actor["use_remove_padding"] is True            # model.use_remove_padding=True
+    # two warnings: fsdp_size=2 (hybrid sharding, not modelled) and one short line counting the
+    # keys without timing effect, naming the first five (sorted) and pointing at the full list
+    assert len(tree["_warnings"]) == 2
+    hsdp = [w for w in tree["_warnings"] if "fsdp_size 2" in w]
+    assert len(hsdp) == 1 and "hybrid sharding" in hsdp[0] and "ZeRO-3" in hsdp[0]
+    ign = [w for w in tree["_warnings"] if "ignored" in w][0]
+    assert "verl keys without effect on the simulated timing ignored (" in ign
+    assert "and " in ign and " more); every ignored key: docs/reference/verl-config.md" in ign
+    assert len(ign) < 400
 
 
 def test_grpo_qwen2_7b_example_needs_a_model_section() -> None:
@@ -77,7 +84,8 @@ def test_grpo_qwen2_7b_example_needs_a_model_section() -> None:
     assert tree["actor"]["ppo_mini_batch_size"] == 256
     assert tree["actor"]["ppo_micro_batch_size_per_gpu"] == 40
     assert tree["actor"]["offload"] == {"params": False, "optimizer": False}
-    assert tree["reference"] == {"offload": {"params": True}}
+    # ref.fsdp_config.param_offload=True, ref.log_prob_micro_batch_size_per_gpu=40
+    assert tree["reference"] == {"offload": {"params": True}, "log_prob_micro_batch_size_per_gpu": 40}
     assert tree["cluster"] == {"nodes": 1}
 
 
@@ -182,3 +190,22 @@ def test_a_missing_verl_config_is_one_error(tmp_path):
     p = subprocess.run([sys.executable, "-m", "simtrain", "run", str(f)], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "verl_config: file 'nowhere.sh' not found beside the job file" in p.stderr
+
+
+def test_ignored_warning_counts_and_names_the_first_five() -> None:
+    """Seven ignored keys: the line gives the count, the first five and '2 more'."""
+    from simtrain.rl.verl import ignored_warning
+    keys = [f"trainer.k{i}" for i in range(7)]
+    w = ignored_warning("f.sh", keys)
+    assert w.startswith("f.sh: 7 verl keys without effect on the simulated timing ignored (trainer.k0, ")
+    assert "trainer.k4 and 2 more)" in w and "trainer.k5" not in w
+    assert "1 verl key without" in ignored_warning("f.sh", keys[:1])
+
+
+def test_log_prob_micro_batches_map_to_the_actor_and_reference() -> None:
+    """run_qwen2-7b.sh: rollout.log_prob_micro_batch_size_per_gpu=40 is the old_log_prob micro batch
+    (actor), ref.log_prob_micro_batch_size_per_gpu=40 the reference's; use_remove_padding=True."""
+    tree, errs = _load("run_qwen2-7b.sh")
+    assert tree["actor"]["log_prob_micro_batch_size_per_gpu"] == 40
+    assert tree["reference"]["log_prob_micro_batch_size_per_gpu"] == 40
+    assert tree["actor"]["use_remove_padding"] is True

@@ -71,8 +71,11 @@ def summary(run: RLRun, wall: float) -> str:
         lines.append(f"    {name:<14} {p['devices']:>5} devices, busy {fmt_time(p['busy_s'])}, idle {100 * p['idle_fraction']:.1f} %")
     lines += ["", f"  memory per device by phase ({r.device}):"]
     for ph, v in r.memory.items():
-        parts = ", ".join(f"{k} {fmt_bytes(x)}" for k, x in r.memory_detail[ph].items() if x)
-        lines.append(f"    {ph:<16} {fmt_bytes(v):>10}   ({parts})")
+        d = r.memory_detail[ph]
+        # the parts in brackets add up to the row's total; state moved to the host is shown apart
+        parts = " + ".join(f"{k} {fmt_bytes(x)}" for k, x in d.items() if x and k != "offloaded_to_host")
+        host = f"; on host, not counted: {fmt_bytes(d['offloaded_to_host'])}" if d.get("offloaded_to_host") else ""
+        lines.append(f"    {ph:<16} {fmt_bytes(v):>10}   ({parts}{host})")
     if r.notes:
         lines += ["", "  notes:"] + [f"    - {n}" for n in r.notes]
     lines += ["", f"  simulated in {wall:.2f} s wall ({run.simulations} training-step simulations)"]
@@ -166,6 +169,11 @@ def cmd_check_rl(args: argparse.Namespace) -> int:
     print(f"  {j.train_batch_size} prompts x {j.n} responses; prompts {j.prompt_length.describe()}; "
           f"responses {j.response_length.describe()}")
     print(f"  rollout: {j.engine_name} tp {j.engine.tp} ep {j.engine.ep} x {j.engine.dp} replicas on {j.rollout_devices} devices")
+    a_topo = j.roles["actor"].topology
+    if j.placement != "colocated" and j.rollout_topology is not None and a_topo.devices_per_node < j.rollout_topology.devices_per_node:
+        per = j.rollout_topology.devices_per_node
+        print(f"  pools share every node: {per - a_topo.devices_per_node} rollout + {a_topo.devices_per_node} training "
+              f"devices on each of {a_topo.nodes} nodes")
     for name, role in j.roles.items():
         p = role.scenario.parallel
         print(f"  {name}: {role.strategy} tp {p.tp} pp {p.pp} cp {p.cp} dp {p.dp} (zero {p.zero_stage}) on {role.scenario.world_size} devices")

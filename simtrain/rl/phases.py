@@ -12,11 +12,12 @@
 Batching as verl does it (verl/utils/seqlen_balancing.py, docs/reference/verl-config.md): with
 use_dynamic_bsz a dp rank's sequences are packed into micro batches of at most max_token_len
 tokens: ceil(tokens per rank / max_token_len) of them; without it, ceil(sequences per rank /
-micro_batch_size) micro batches of padded sequences. A pass over m micro batches of L tokens is one
+micro_batch_size) micro batches: with use_remove_padding (verl's default) of real tokens only, costed as
+micro_batch_size sequences of the pass's mean length; without it of sequences padded to
+max_prompt_length + max_response_length (verl pads the batch to those). A pass over m micro batches of L tokens is one
 training-step simulation with m micro batches per dp rank; a packed micro batch of s sequences is
 costed as s sequences of its mean length (tokens exact up to rounding, attention per sequence,
-so the spread of lengths inside a micro batch is not seen by the quadratic term), a fixed one as
-micro_batch_size sequences of the batch's longest (padded) length; L is rounded up to a multiple of QUANTUM tokens so that passes of
+so the spread of lengths inside a micro batch is not seen by the quadratic term); L is rounded up to a multiple of QUANTUM tokens so that passes of
 nearby shapes share one simulation (the cache below), which keeps 100 iterations fast.
 """
 from __future__ import annotations
@@ -94,7 +95,15 @@ def pass_over(cache: PassCache, role: Role, seq_tokens: np.ndarray, forward_only
         return cache.run(role, forward_only, _ceil_to(per_rank_tokens / (m * spm), QUANTUM), spm, m)
     micro = role.log_prob_micro_batch_size if forward_only else role.micro_batch_size
     m = max(1, math.ceil(n / dp / micro))
-    return cache.run(role, forward_only, _ceil_to(float(seq_tokens.max()), QUANTUM), micro, m)
+    if role.remove_padding:
+        # pad tokens removed (verl's use_remove_padding): a micro batch computes its real tokens only,
+        # costed as `micro` sequences of the pass's mean length (as a packed one)
+        length = float(seq_tokens.sum()) / n
+    else:
+        # every sequence padded to max_prompt_length + max_response_length (verl's rollout pads the
+        # responses to data.max_response_length, the prompts to data.max_prompt_length)
+        length = float(max(role.padded_length, int(seq_tokens.max())))
+    return cache.run(role, forward_only, _ceil_to(length, QUANTUM), micro, m)
 
 
 def update(cache: PassCache, role: Role, seq_tokens: np.ndarray, n: int) -> tuple[float, PassCost]:

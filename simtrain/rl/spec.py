@@ -22,6 +22,7 @@ import copy
 import dataclasses
 import difflib
 import math
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from simtrain.rollout.engine import EngineConfig
 from simtrain.spec.files import load_yaml
 from simtrain.spec.loading import apply_overrides, build_scenario
 from simtrain.spec.scenario import Scenario
+from simtrain.units import UnitError, parse_bandwidth
 
 ESTIMATORS = ("grpo", "dapo", "rloo", "reinforce_plus_plus", "ppo")
 PLACEMENTS = ("colocated", "split", "one_step_off", "fully_async")
@@ -42,14 +44,17 @@ TOP = ("job", "name", "seed", "cluster", "network", "model", "algorithm", "data"
 ENGINE_FIELDS = {f.name: f for f in dataclasses.fields(EngineConfig) if f.name != "dp"}
 ROLE_KEYS = ("strategy", "parallel", "training", "model", "ppo_mini_batch_size", "ppo_epochs", "ppo_micro_batch_size_per_gpu",
              "use_dynamic_bsz", "ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu", "log_prob_micro_batch_size_per_gpu",
-             "offload")
+             "offload", "use_remove_padding")
 # verl's defaults (verl/trainer/config/ppo_trainer.yaml, actor_rollout_ref.actor.*): ppo_epochs 1,
 # ppo_max_token_len_per_gpu 16384, use_dynamic_bsz false; simtrain's chosen defaults are marked.
 ROLE_DEFAULTS = {
     "strategy": "fsdp", "ppo_mini_batch_size": None, "ppo_epochs": 1, "ppo_micro_batch_size_per_gpu": 1,
     "use_dynamic_bsz": False, "ppo_max_token_len_per_gpu": 16384, "log_prob_max_token_len_per_gpu": None,
-    "log_prob_micro_batch_size_per_gpu": None,
+    "log_prob_micro_batch_size_per_gpu": None, "use_remove_padding": True,
 }
+# use_remove_padding: verl's actor_rollout_ref.model.use_remove_padding and the Megatron actor's
+# megatron.use_remove_padding are both true (verl/trainer/config/_generated_ppo_trainer.yaml and
+# _generated_ppo_megatron_trainer.yaml at verl b178a3cd): sequences are packed without pad tokens.
 # assumed: an advantage estimate is a few vector operations per response token on the driver
 # (GRPO's group mean / std); 1 ns per token, not a measurement
 ADV_SECONDS_PER_TOKEN = 1e-9
@@ -73,6 +78,8 @@ class Role:
     max_token_len: int            # update passes
     log_prob_max_token_len: int   # forward passes
     offload: dict[str, bool]
+    remove_padding: bool = True   # passes compute only real tokens (verl's use_remove_padding)
+    padded_length: int = 0        # without it: every sequence max_prompt_length + max_response_length long
 
 
 @dataclass(frozen=True)
@@ -183,8 +190,10 @@ def _prefixed(c: Collector, prefix: str, errs: Collector) -> None:
 
 
 def _template(name: str, role: dict, model_raw: dict, cluster: dict, network: dict, devices: int, gpn: int,
-              path: Path, errs: Collector) -> tuple[Scenario, Topology] | None:
-    """The role's training Scenario on `devices` devices (whole nodes of `gpn`): dp = devices / (tp pp cp)."""
+              path: Path, errs: Collector, per_node: int | None = None) -> tuple[Scenario, Topology] | None:
+    """The role's training Scenario on `devices` devices: dp = devices / (tp pp cp). The pool is whole
+    nodes of `gpn`, or, with `per_node` < gpn, `per_node` devices of each node (a pool that shares its
+    nodes with the rollout pool): its topology is then the cluster's with devices_per_node = per_node."""
     par = dict(role.get("parallel") or {})
     if not isinstance(role.get("parallel", {}) or {}, dict) or not isinstance(role.get("training", {}) or {}, dict):
         errs.add(f"{name}.parallel", "expected a mapping", "write e.g. `parallel: {tp: 1, zero_stage: 3}`")
@@ -194,6 +203,10 @@ def _template(name: str, role: dict, model_raw: dict, cluster: dict, network: di
         return None
     if role.get("strategy", "fsdp") == "fsdp":
         par.setdefault("zero_stage", 3)      # FSDP full sharding, verl's default fsdp_config
+    else:
+        # Megatron's distributed optimizer shards the optimizer state over dp (ZeRO-1): verl's
+        # megatron.use_distributed_optimizer default true (_generated_ppo_megatron_trainer.yaml, b178a3cd)
+        par.setdefault("zero_stage", 1)
     tp, pp, cp = (par.get(k, 1) for k in ("tp", "pp", "cp"))
     if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in (tp, pp, cp)):
         errs.add(f"{name}.parallel", "tp, pp and cp must be whole numbers >= 1", "give e.g. `parallel: {tp: 2}`")
@@ -202,7 +215,8 @@ def _template(name: str, role: dict, model_raw: dict, cluster: dict, network: di
         errs.add(f"{name}.parallel", f"tp x pp x cp = {tp * pp * cp} does not divide the pool's {devices} devices",
                  "choose tp, pp and cp whose product divides the pool size")
         return None
-    if devices % gpn:
+    per = per_node or gpn
+    if devices % per:
         errs.add("placement.rollout_devices", f"the training pool of {devices} devices is not whole nodes of {gpn}",
                  f"make the rollout pool a multiple of {gpn} devices")
         return None
@@ -214,14 +228,37 @@ def _template(name: str, role: dict, model_raw: dict, cluster: dict, network: di
             errs.add(f"{name}.training.{k}", "batch sizes are derived from data and the ppo_* keys", "remove it")
             return None
     tr.update(micro_batch_size=1, global_batch_size=dp)
-    raw = {"name": f"{name}", "model": model_raw, "training": tr, "parallel": par,
-           "cluster": {**cluster, "nodes": devices // gpn}, "network": network}
+    cl = {**cluster, "nodes": devices // per}
+    if per != gpn:
+        cl["topology"] = _node_share(cl["topology"], per, path, errs)
+    raw = {"name": f"{name}", "model": model_raw, "training": tr, "parallel": par, "cluster": cl, "network": network}
     c = Collector(errs.file)
     try:
         return build_scenario(raw, path, c)
     except ConfigError:
         _prefixed(c, name, errs)
         return None
+
+
+def _node_share(topology: object, per: int, path: Path, errs: Collector) -> object:
+    """The cluster's topology seen by a pool of `per` devices on each node (the rest of the node is the
+    rollout pool's): devices_per_node = per, the node's scale-up fabric unchanged per device. The node's
+    NICs serve the pool; when they cannot be shared evenly by `per` devices they are re-counted as `per`
+    NICs of the same total bandwidth (each device's share of the node's scale-out, as when all train)."""
+    t = dict(topology) if isinstance(topology, dict) else {"file": topology}
+    t["devices_per_node"] = per
+    f = find_topology_file(t["file"], path.parent) if isinstance(t.get("file"), str) else None
+    raw = load_yaml(f, Collector(str(f)), "") if f is not None else None
+    so = {**((raw or {}).get("scale_out") or {}), **(t.get("scale_out") or {})}
+    nics, bw = so.get("nics_per_node"), so.get("nic_bandwidth")
+    if isinstance(nics, int) and nics > 0 and per % nics and bw is not None:
+        try:
+            total = parse_bandwidth(bw) * nics
+        except UnitError as e:
+            errs.add("cluster.topology.scale_out.nic_bandwidth", str(e), "write e.g. `400 Gb/s`")
+            return t
+        t["scale_out"] = {**(t.get("scale_out") or {}), "nics_per_node": per, "nic_bandwidth": f"{total / per / 1e9:.9g} GB/s"}
+    return t
 
 
 def _gpn(cluster: dict, network: dict, model_raw: dict, path: Path, errs: Collector) -> tuple[int, Topology] | None:
@@ -372,6 +409,23 @@ def build_rl_job(raw: dict, path: Path, errs: Collector) -> RLJob | None:
                      f"give fewer than {total}")
             return None
         tdev = total - rdev
+    # Pools are whole nodes, or every node is split alike: verl's trainer.nnodes = rollout.nnodes with
+    # trainer.n_gpus_per_node + rollout.n_gpus_per_node = the devices of a node (one_step_off.md,
+    # "Resource-constrained scenario"), e.g. 4 rollout + 12 training devices as 2 + 6 on each of 2 nodes.
+    train_per_node = gpn
+    if kind != "colocated" and rdev % gpn:
+        nodes = total // gpn
+        if rdev % nodes:
+            errs.add("placement.rollout_devices",
+                     f"{rdev} devices are neither whole nodes of {gpn} nor the same share of each of the {nodes} nodes",
+                     f"give a multiple of {gpn} (whole nodes) or of {nodes} (rollout.n_gpus_per_node x {nodes} nodes, the rest of each node trains)")
+            return None
+        r_per = rdev // nodes
+        train_per_node = gpn - r_per
+        if engine.tp > r_per or r_per % engine.tp:
+            errs.add("rollout.tp", f"{engine.tp} does not fit the rollout pool's {r_per} devices on each node "
+                     f"({rdev} devices split over {nodes} nodes)", f"give a divisor of {r_per}, or whole nodes to the rollout pool")
+            return None
     if rdev % engine.tp:
         errs.add("placement.rollout_devices" if kind != "colocated" else "rollout.tp",
                  f"the rollout pool's {rdev} devices are not a multiple of rollout.tp {engine.tp}",
@@ -389,7 +443,7 @@ def build_rl_job(raw: dict, path: Path, errs: Collector) -> RLJob | None:
     # by n and the dp size; verl/trainer/ppo/ray_trainer.py checks the real batch against dp)
     roles: dict[str, Role] = {}
     for rname, r in roles_raw.items():
-        base = {**{k: v for k, v in roles_raw["actor"].items() if k in ("strategy", "parallel", "training")}, **r} \
+        base = {**{k: v for k, v in roles_raw["actor"].items() if k in ("strategy", "parallel", "training", "use_remove_padding")}, **r} \
             if rname == "reference" else r
         strategy = _choice(base, "strategy", rname, errs, "fsdp", ("fsdp", "megatron"))
         mini = _int(base, "ppo_mini_batch_size", rname, errs, tbs, 1, 2 ** 20)
@@ -397,6 +451,7 @@ def build_rl_job(raw: dict, path: Path, errs: Collector) -> RLJob | None:
         micro = _int(base, "ppo_micro_batch_size_per_gpu", rname, errs, 1, 1, 65536)
         lp_micro = _int(base, "log_prob_micro_batch_size_per_gpu", rname, errs, micro, 1, 65536)
         dyn = _bool(base, "use_dynamic_bsz", rname, errs, False)
+        rmpad = _bool(base, "use_remove_padding", rname, errs, True)
         mtl = _int(base, "ppo_max_token_len_per_gpu", rname, errs, 16384, 1, 2 ** 26)
         lpt = _int(base, "log_prob_max_token_len_per_gpu", rname, errs, mtl, 1, 2 ** 26)
         off = base.get("offload") or {}
@@ -405,13 +460,21 @@ def build_rl_job(raw: dict, path: Path, errs: Collector) -> RLJob | None:
             off = {}
         if None in (strategy, mini, epochs, micro, lp_micro, mtl, lpt) or tbs is None:
             continue
+        if kind != "colocated" and any(off.get(k) for k in ("params", "optimizer", "grads")):
+            # verl's FSDP / Megatron workers still offload after each pass and load before the next;
+            # simtrain times host swaps only around generation on a colocated pool
+            warnings.warn(f"{errs.file}: {rname}.offload: "
+                          f"{', '.join(k for k in ('params', 'optimizer', 'grads') if off.get(k))} offload on a "
+                          f"{kind} placement is not timed: the host copies verl makes around each {rname} pass are "
+                          "left out (simtrain times host swaps only around generation on a colocated pool)", stacklevel=2)
         if tbs % mini:
             errs.add(f"{rname}.ppo_mini_batch_size", f"{mini} does not divide data.train_batch_size {tbs}",
                      "give a divisor of train_batch_size (both count prompts)")
             continue
         pool = tdev if kind != "colocated" else total
         mdl = base.get("model", model_raw) if rname == "critic" else model_raw
-        t = _template(rname, base, mdl, cluster, network, pool, gpn, path, errs)
+        t = _template(rname, base, mdl, cluster, network, pool, gpn, path, errs,
+                      train_per_node if kind != "colocated" else gpn)
         if t is None:
             continue
         sc, topo = t
@@ -433,7 +496,8 @@ def build_rl_job(raw: dict, path: Path, errs: Collector) -> RLJob | None:
                      "give at least max_prompt_length + max_response_length")
             continue
         roles[rname] = Role(rname, strategy, sc, topo, mini, epochs, micro, lp_micro, dyn, mtl, lpt,
-                            {k: bool(off.get(k, False)) for k in ("params", "optimizer", "grads")})
+                            {k: bool(off.get(k, False)) for k in ("params", "optimizer", "grads")},
+                            bool(rmpad), (mpl or 0) + (mrl or 0))
     if estimator == "ppo" and "critic" not in roles_raw:
         errs.add("critic", "estimator ppo needs a critic", "add `critic: {parallel: {...}}` (same keys as actor)")
     if rkind == "model":
@@ -444,7 +508,8 @@ def build_rl_job(raw: dict, path: Path, errs: Collector) -> RLJob | None:
             t = _template("reward", {"parallel": rew.get("parallel") or {}, "training": rew.get("training") or {},
                                      "strategy": rew.get("strategy", "fsdp")},
                           {k: v for k, v in mdl.items() if k != "seq_length"}, cluster, network,
-                          tdev if kind != "colocated" else total, gpn, path, errs)
+                          tdev if kind != "colocated" else total, gpn, path, errs,
+                          train_per_node if kind != "colocated" else gpn)
             if t is not None:
                 sc, topo = t
                 roles["reward_model"] = Role("reward_model", rew.get("strategy", "fsdp"), sc, topo, tbs, 1, 1, 1, True,

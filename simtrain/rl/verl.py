@@ -53,7 +53,7 @@ _IGNORED_PREFIXES: tuple[str, ...] = (
     "data.train_files", "data.val_files", "data.prompt_key", "data.truncation",
     "data.filter_overlong_prompts", "data.return_raw_chat", "data.shuffle", "data.val_batch_size",
     "data.gen_batch_size", "data.dataloader_num_workers", "data.tokenizer",
-    "actor_rollout_ref.model.use_remove_padding", "actor_rollout_ref.model.override_config",
+    "actor_rollout_ref.model.override_config",
     "actor_rollout_ref.model.trust_remote_code", "actor_rollout_ref.model.use_shm",
     "actor_rollout_ref.model.use_fused_kernels", "actor_rollout_ref.model.external_lib",
     "actor_rollout_ref.hybrid_engine",
@@ -63,21 +63,19 @@ _IGNORED_PREFIXES: tuple[str, ...] = (
     "actor_rollout_ref.actor.grad_clip", "actor_rollout_ref.actor.loss_agg_mode",
     "actor_rollout_ref.actor.kl_loss_coef", "actor_rollout_ref.actor.kl_loss_type",
     "actor_rollout_ref.actor.shuffle", "actor_rollout_ref.actor.checkpoint",
-    "actor_rollout_ref.actor.fsdp_config.fsdp_size", "actor_rollout_ref.actor.fsdp_config.wrap_policy",
+    "actor_rollout_ref.actor.fsdp_config.wrap_policy",
     "actor_rollout_ref.actor.policy_loss", "actor_rollout_ref.actor.use_torch_compile",
     "actor_rollout_ref.rollout.temperature", "actor_rollout_ref.rollout.top_p",
     "actor_rollout_ref.rollout.top_k", "actor_rollout_ref.rollout.val_kwargs",
     "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
-    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
     "actor_rollout_ref.rollout.do_sample", "actor_rollout_ref.rollout.dtype",
     "actor_rollout_ref.rollout.load_format", "actor_rollout_ref.rollout.mode",
     "actor_rollout_ref.rollout.disable_log_stats", "actor_rollout_ref.rollout.calculate_log_probs",
     "actor_rollout_ref.ref.log_prob_use_dynamic_bsz",
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
-    "actor_rollout_ref.ref.fsdp_config.fsdp_size", "actor_rollout_ref.ref.fsdp_config.wrap_policy",
+    "actor_rollout_ref.ref.fsdp_config.wrap_policy",
     "critic.optim", "critic.cliprange_value", "critic.grad_clip", "critic.checkpoint",
-    "critic.model.path", "critic.model.use_remove_padding", "critic.model.trust_remote_code",
+    "critic.model.path", "critic.model.trust_remote_code",
     "critic.model.enable_gradient_checkpointing", "critic.model.override_config",
     "critic.model.tokenizer_path", "critic.loss_agg_mode", "critic.shuffle",
     "algorithm.kl_ctrl", "algorithm.gamma", "algorithm.lam", "algorithm.norm_adv_by_std_in_grpo",
@@ -235,6 +233,14 @@ def tree_from_verl(cfg: dict[str, Any], file: str, errs: Collector) -> dict[str,
 
     # actor / critic / reference
     actor = _role(flat, take, "actor_rollout_ref.actor.", errs, critic=False)
+    _fsdp_size(take, "actor_rollout_ref.actor.", file)
+    _fsdp_size(take, "actor_rollout_ref.ref.", file)
+    rmpad = take("actor_rollout_ref.model.use_remove_padding")
+    if rmpad is not None:
+        actor["use_remove_padding"] = rmpad          # the reference shares the actor's model config
+    lp_micro = take(r + "log_prob_micro_batch_size_per_gpu")     # verl's old_log_prob micro batch
+    if lp_micro is not None:
+        actor["log_prob_micro_batch_size_per_gpu"] = lp_micro
     if "recompute" in rec:
         actor.setdefault("training", {})["recompute"] = "full" if rec["recompute"] else "none"
     lp = take(r + "log_prob_max_token_len_per_gpu")
@@ -259,10 +265,17 @@ def tree_from_verl(cfg: dict[str, Any], file: str, errs: Collector) -> dict[str,
     par = _megatron(take, "actor_rollout_ref.ref.megatron.")
     if par:
         ref["parallel"] = par
+    ref_micro = take("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu")
+    if ref_micro is not None:
+        ref["log_prob_micro_batch_size_per_gpu"] = ref_micro
     if ref:
         tree["reference"] = ref
     if alg.get("estimator") == "ppo":
         critic = _role(flat, take, "critic.", errs, critic=True)
+        _fsdp_size(take, "critic.model.", file)
+        crm = take("critic.model.use_remove_padding")
+        if crm is not None:
+            critic["use_remove_padding"] = crm
         if critic:
             tree["critic"] = critic
     else:
@@ -277,9 +290,30 @@ def tree_from_verl(cfg: dict[str, Any], file: str, errs: Collector) -> dict[str,
         errs.add(k, "this verl key changes iteration timing but has no simtrain counterpart",
                  "remove it from the verl config or express the run in the job file's own keys")
     if ignored:
-        warnings.warn(f"{file}: verl keys without effect on the simulated timing were ignored: "
-                      + ", ".join(ignored), stacklevel=2)
+        warnings.warn(ignored_warning(file, ignored), stacklevel=2)
     return tree
+
+
+SHOWN_IGNORED = 5     # ignored keys named in the warning; the rest are counted
+
+
+def ignored_warning(file: str, ignored: list[str]) -> str:
+    """One short line: how many verl keys were ignored, the first few, and where the full list is."""
+    shown = ", ".join(ignored[:SHOWN_IGNORED])
+    more = f" and {len(ignored) - SHOWN_IGNORED} more" if len(ignored) > SHOWN_IGNORED else ""
+    return (f"{file}: {len(ignored)} verl key{'s' if len(ignored) != 1 else ''} without effect on the simulated timing "
+            f"ignored ({shown}{more}); every ignored key: docs/reference/verl-config.md, 'Keys read but ignored'")
+
+
+def _fsdp_size(take: Any, prefix: str, file: str) -> None:
+    """fsdp_config.fsdp_size: read and, unless -1 (verl's default, shard over every rank), warned about."""
+    v = take(prefix + "fsdp_config.fsdp_size")
+    if v is None or v == -1:
+        return
+    warnings.warn(f"{file}: {prefix}fsdp_config.fsdp_size {v}: hybrid sharding (shards of {v} devices, replicated "
+                  "across them) is not modelled: simtrain's FSDP plan shards weights, gradients and optimizer state "
+                  "over the role's whole data-parallel group (ZeRO-3), so the simulation all-gathers over more devices "
+                  "and holds less state per device than the run", stacklevel=3)
 
 
 def _megatron(take: Any, prefix: str) -> dict[str, Any]:
