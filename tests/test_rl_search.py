@@ -100,11 +100,12 @@ def test_tokens_per_s_objective_orders_like_step_time(job_file, full):
 
 
 def test_fix_gives_axes_values_and_loader_problems_are_counted(job_file):
-    """--fix rollout_devices=4: a 12-device training pool is not whole nodes of 8, a loader
+    """--fix rollout_devices=4: 2 rollout devices on each of the 2 nodes leave a 12-device
+    training pool (6 per node), whose data-parallel size does not divide the batch, a loader
     rule: every one of the 1 x 1 x 2 split candidates is skipped under that key."""
     res = search_rl(job_file, fixes=["placement.kind=split,one_step_off", "placement.rollout_devices=4,8", "rollout.tp=1"])
     assert res.enumerated == 4
-    assert res.infeasible == {"placement.rollout_devices": 2}
+    assert res.infeasible == {"data.train_batch_size": 2}
     assert {o.candidate.rollout_devices for o in res.ranked} == {8}
     with pytest.raises(ConfigError):
         search_rl(job_file, fixes=["placement.kind=sideways"])
