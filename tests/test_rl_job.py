@@ -52,6 +52,18 @@ def test_defaults_and_derived_plans():
     assert job.response_length.hi == 1024      # max defaults to max_response_length
 
 
+def test_rollout_devices_null_means_not_given():
+    """`rollout_devices: null` is the key left out: a colocated job loads with it (so a compare
+    can pair colocated+null with split+16), and a split job still reports it missing."""
+    raw = copy.deepcopy(BASE)
+    raw["placement"] = {"kind": "colocated", "rollout_devices": None}
+    job, probs = _build(raw)
+    assert probs == [] and job.rollout_devices == job.total_devices == 16
+    raw["placement"] = {"kind": "split", "rollout_devices": None}
+    job, probs = _build(raw)
+    assert job is None and any("placement.rollout_devices: missing for placement split" in str(p) for p in probs)
+
+
 def test_split_pools():
     """8 rollout devices of 16: the training pool is the other 8 (one node), dp 8."""
     raw = copy.deepcopy(BASE)

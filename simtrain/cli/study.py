@@ -70,5 +70,5 @@ def rollout_devices_hint(rows: list[RLRow]) -> str | None:
         return None
     return ("split, one_step_off and fully_async need placement.rollout_devices (the rollout pool, whole nodes) and "
             "colocated takes none: vary the two keys together, e.g. `--set placement.kind+placement.rollout_devices="
-            "split+16,fully_async+16` on a colocated job (`simtrain run` gives its colocated row), or run "
+            "colocated+null,split+16,fully_async+16`, or run "
             "`simtrain search FILE`, which tries every placement and pool split")

@@ -394,14 +394,15 @@ def build_rl_job(raw: dict, path: Path, errs: Collector) -> RLJob | None:
     gpn, whole_topo = g
     total = whole_topo.num_devices
     if kind == "colocated":
-        if "rollout_devices" in pl:
-            errs.add("placement.rollout_devices", "a colocated job runs the rollout on every device", "remove it or choose a split placement")
+        if pl.get("rollout_devices") is not None:     # null is "not given", so a compare can pair colocated+null
+            errs.add("placement.rollout_devices", "a colocated job runs the rollout on every device",
+                     "remove it (or give null) or choose a split placement")
             return None
         rdev, tdev = total, total
     else:
         rdev = _int(pl, "rollout_devices", "placement", errs, None, 1, 1 << 20)
         if rdev is None:
-            if "rollout_devices" not in pl:
+            if pl.get("rollout_devices") is None:
                 errs.add("placement.rollout_devices", f"missing for placement {kind}", f"give the rollout pool's devices (fewer than {total})")
             return None
         if rdev >= total:
