@@ -33,6 +33,7 @@ PROFILES = {
     "h100-public": ("h100-sxm5-80gb", ["nccl_vp_h100_1node_allreduce", "nccl_vp_h100_4node_allreduce",
                                         "nccl_vp_h100_4node_allgather"]),
     "h200-public": ("h200-sxm-141gb", ["nccl_azure_ndh200v5_allreduce"]),
+    "gb200-public": ("gb200-186gb", ["nccl_azure_ndgb200v6_allreduce"]),
 }
 UNCALIBRATED = {"mlu370-x8-spec": "mlu370-x8", "mlu590-spec": "mlu590"}
 
