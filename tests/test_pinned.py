@@ -14,7 +14,7 @@ KEYS = ("step_time_s", "mfu", "bubble_fraction", "peak_memory_bytes")
 
 # scenario stem: step time (s), MFU, bubble fraction, peak memory (bytes)
 SCENARIOS = {
-    "deepseek-v3-h800-2048": ('5.087', '0.2288', '0.2162', '1.712e+11'),
+    "deepseek-v3-h800-2048": ('5.087', '0.2288', '0.2162', '1.41e+11'),
     "gpt3-175b-a100-1024": ('18.81', '0.5634', '0.08502', '2.942e+10'),
     "llama2-70b-h800-256": ('10.01', '0.3675', '0.05231', '2.763e+10'),
     "llama3-405b-h100-16384-goodput": ('11.75', '0.2313', '0.4766', '2.432e+10'),
@@ -29,7 +29,7 @@ SCENARIOS = {
     "llama3-8b-h200-64": ('6.133', '0.6255', '0', '6.647e+10'),
     "llama3-8b-mlu370-32": ('20.47', '0.4293', '0', '9.547e+09'),
     "llava-llama3-8b-h100-32": ('3.626', '0.4728', '0.183', '3.218e+10'),
-    "mixtral-8x7b-h100-64": ('2.632', '0.5218', '0.1706', '5.411e+10'),
+    "mixtral-8x7b-h100-64": ('2.632', '0.5218', '0.1706', '5.196e+10'),
 }
 
 # docs: the schedule table for GPT-3 175B on 1,024 A100 at its 96 microbatches
