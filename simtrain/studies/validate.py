@@ -10,6 +10,16 @@ vtrain  Megatron-DeepSpeed iteration times on A100 clusters from the vTrain arti
         numbers come from operator and collective microbenchmarks, the profile's per-operator
         overhead from the single-node runs.
 
+h100    Published H100 pre-training throughput (torchtitan benchmark tables, Megatron-Bridge's
+        performance summary; validation/data/h100): each row that states every key the
+        simulator needs is run as a user would, on the shipped H100 preset and profile
+        (h100-sxm5-80gb, h100-public) and the shipped DGX H100 fabric. Rows the simulator cannot
+        express (torch.compile, async TP, a key the source does not state) are listed as skipped
+        with the reason. A development set: small, and nothing is fitted to it.
+
+Every set's report gives MAPE, mean signed error (predicted - measured, over measured) and the
+error against GPU count (a line per count, and the error at the largest count).
+
 busbw   nccl-tests bus bandwidth of all-reduce and all-gather sweeps, each laid out one node after
         the other on the shipped topology of its system; predicted busbw = size / time x
         (2(n-1)/n all-reduce, (n-1)/n all-gather), nccl-tests' formula (doc/PERFORMANCE.md). The
@@ -51,6 +61,13 @@ VTRAIN_PROFILE = "a100-megatron-deepspeed"
 VTRAIN_TOPOLOGY = resources.TOPOLOGIES / "vtrain-a100.yaml"
 VTRAIN_RUNS = {"multi": 109, "single": 1440}
 VTRAIN_SETS = ("multi", "single", "both")
+H100 = resources.VALIDATION / "h100" / "h100_training.yaml"
+H100_DEVICE = "h100-sxm5-80gb"
+H100_PROFILE = "h100-public"
+H100_TOPOLOGY = "dgx-h100"
+# the keys every row of the H100 set carries (None where the source does not state it: then the row says `skip`)
+H100_KEYS = ("id", "source", "model", "gpus", "tp", "pp", "cp", "dp", "vpp", "zero_stage", "micro_batch", "global_batch",
+             "seq_length", "precision", "recompute", "flash_attention", "tokens_per_s_per_gpu")
 
 
 # --- vTrain iteration times --------------------------------------------------------------------
@@ -143,7 +160,45 @@ def evaluate_vtrain(name: str, limit: int | None = None, profile: str | None = V
 
 
 def mape(runs: list[Run]) -> float:
+    """Mean absolute percentage error, as a fraction: mean of |predicted - measured| / measured."""
     return sum(r.error for r in runs) / len(runs)
+
+
+def signed_error(r: Run) -> float:
+    """(predicted - measured) / measured: positive when the simulator is slower than the run."""
+    return (r.predicted_s - r.measured_s) / r.measured_s
+
+
+def mean_signed(runs: list[Run]) -> float:
+    """Mean signed error, as a fraction: the bias (positive: predicted step times too long)."""
+    return sum(signed_error(r) for r in runs) / len(runs)
+
+
+class Scale(NamedTuple):
+    gpus: int
+    runs: int
+    mape: float
+    mean_signed: float
+
+
+def by_scale(runs: list[Run]) -> list[Scale]:
+    """MAPE and mean signed error per GPU count, sorted by GPU count."""
+    out = []
+    for g in sorted({r.gpus for r in runs}):
+        at = [r for r in runs if r.gpus == g]
+        out.append(Scale(g, len(at), mape(at), mean_signed(at)))
+    return out
+
+
+def scale_lines(runs: list[Run]) -> list[str]:
+    """The error-against-scale lines of a report: one per GPU count, then the largest count."""
+    rows = by_scale(runs)
+    lines = [f"  {'GPUs':>6} {'runs':>5} {'MAPE':>8} {'signed':>8}"]
+    lines += [f"  {s.gpus:6d} {s.runs:5d} {100 * s.mape:7.2f}% {100 * s.mean_signed:+7.2f}%" for s in rows]
+    top = rows[-1]
+    lines.append(f"  largest count, {top.gpus} GPUs ({top.runs} run{'s' if top.runs != 1 else ''}): "
+                 f"MAPE {100 * top.mape:.2f} %, mean signed {100 * top.mean_signed:+.2f} %")
+    return lines
 
 
 def vtrain_summary(name: str, runs: list[Run]) -> str:
@@ -151,7 +206,8 @@ def vtrain_summary(name: str, runs: list[Run]) -> str:
     worst = max(runs, key=lambda r: r.error)
     return (f"{name}: {len(runs)} runs, MAPE {100 * mape(runs):.2f} %, median APE {100 * errs[len(errs) // 2]:.2f} %, "
             f"worst {100 * worst.error:.1f} % ({worst.name}: measured {worst.measured_s:.3f} s, predicted "
-            f"{worst.predicted_s:.3f} s); simulator wall {sum(r.wall_s for r in runs):.1f} s")
+            f"{worst.predicted_s:.3f} s); mean signed error {100 * mean_signed(runs):+.2f} %; "
+            f"simulator wall {sum(r.wall_s for r in runs):.1f} s")
 
 
 def vtrain_report(sets: str = "multi", table: bool = False, profile: str | None = VTRAIN_PROFILE,
@@ -168,13 +224,106 @@ def vtrain_report(sets: str = "multi", table: bool = False, profile: str | None 
             for r in runs:
                 print(f"{r.name:48s} {r.measured_s:9.3f}s {r.predicted_s:9.3f}s "
                       f"{100 * (r.predicted_s - r.measured_s) / r.measured_s:+7.1f}%", file=out)
-        print(vtrain_summary(s, runs), file=out, flush=True)
+        print(vtrain_summary(s, runs), file=out)
+        print("\n".join(scale_lines(runs)), file=out, flush=True)
     if csv_out:
         lines = ["set,run,gpus,measured_s,predicted_s,abs_pct_error,sim_wall_s"]
         lines += [f"{s},{r.name},{r.gpus},{r.measured_s:.4f},{r.predicted_s:.4f},{100 * r.error:.2f},{r.wall_s:.3f}"
                   for s, runs in results.items() for r in runs]
         write_atomic(Path(csv_out), ("\n".join(lines) + "\n").encode())
     return results
+
+
+# --- H100 development set ----------------------------------------------------------------------
+
+class Skipped(NamedTuple):
+    name: str
+    gpus: int
+    reason: str
+
+
+def h100_data(path: Path = H100) -> dict:
+    """The H100 data file: {sources: {key: ...}, rows: [...]}."""
+    return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+
+
+def h100_measured_s(r: dict) -> float:
+    """The measured step time of a row: global batch x sequence / (tokens/s/GPU x GPUs)."""
+    return r["global_batch"] * r["seq_length"] / (r["tokens_per_s_per_gpu"] * r["gpus"])
+
+
+def h100_scenario(r: dict, profile: str | None = H100_PROFILE) -> dict:
+    """The scenario document a user writes for one row: the shipped model preset at the row's
+    sequence length, the shipped H100 preset (and `profile`) on the shipped DGX H100 fabric."""
+    parallel = {"tp": r["tp"], "pp": r["pp"], "cp": r["cp"], "dp": r["dp"], "zero_stage": r["zero_stage"],
+                "schedule": r.get("schedule", "1f1b"), "sequence_parallel": bool(r.get("sequence_parallel", False))}
+    if r.get("vpp", 1) != 1:
+        parallel["vpp"] = r["vpp"]
+    cluster = {"device": H100_DEVICE, "topology": H100_TOPOLOGY, "nodes": max(1, r["gpus"] // 8)}
+    if profile:
+        cluster["device_profile"] = profile
+    return {"name": f"h100-{r['id']}", "model": {"preset": r["model"], "seq_length": r["seq_length"]},
+            "training": {"micro_batch_size": r["micro_batch"], "global_batch_size": r["global_batch"],
+                         "precision": r["precision"], "recompute": r["recompute"],
+                         "flash_attention": bool(r["flash_attention"])},
+            "parallel": parallel, "cluster": cluster}
+
+
+def evaluate_h100(rows: Sequence[dict] | None = None, profile: str | None = H100_PROFILE,
+                  overrides: Sequence[str] = ()) -> tuple[list[Run], list[Skipped]]:
+    """Simulates every row of the H100 set (or `rows`) that the simulator can express; the
+    others, and any the scenario checks reject, come back as Skipped with the reason."""
+    rows = h100_data()["rows"] if rows is None else rows
+    runs, skipped = [], []
+    for r in progress.track(rows, len(rows), "h100", "row"):
+        if r.get("skip"):
+            skipped.append(Skipped(r["id"], r["gpus"], r["skip"]))
+            continue
+        raw = h100_scenario(r, profile)
+        try:
+            if overrides:
+                errs = Collector("--set")
+                raw = apply_overrides(raw, overrides, errs)
+                errs.raise_if_any()
+            sc, topo = build_scenario(raw, Path.cwd() / f"{raw['name']}.yaml", Collector(raw["name"]))
+            t0 = time.perf_counter()
+            pred = simulate(sc, topo).result.step_time_s
+            wall = time.perf_counter() - t0
+        except SimtrainError as e:
+            skipped.append(Skipped(r["id"], r["gpus"], f"the simulator rejects it: {e}"))
+            continue
+        measured = h100_measured_s(r)
+        runs.append(Run(r["id"], r["gpus"], measured, pred, abs(pred - measured) / measured, wall))
+    return runs, skipped
+
+
+def h100_report(table: bool = False, profile: str | None = H100_PROFILE, csv_out: str | None = None,
+                out: TextIO | None = None, overrides: Sequence[str] = ()) -> tuple[list[Run], list[Skipped]]:
+    """Prints the H100 set's report on `out` (every run with --table, always the skipped rows)."""
+    out = out or sys.stdout
+    runs, skipped = evaluate_h100(None, profile, overrides)
+    if table and runs:
+        print(f"{'run':40s} {'GPUs':>5} {'measured':>10} {'predicted':>10} {'error':>8}", file=out)
+        for r in runs:
+            print(f"{r.name:40s} {r.gpus:5d} {r.measured_s:9.3f}s {r.predicted_s:9.3f}s {100 * signed_error(r):+7.1f}%", file=out)
+    if runs:
+        worst = max(runs, key=lambda r: r.error)
+        print(f"h100 (development set): {len(runs)} runs, MAPE {100 * mape(runs):.2f} %, mean signed error "
+              f"{100 * mean_signed(runs):+.2f} %, worst {100 * worst.error:.1f} % ({worst.name}: measured "
+              f"{worst.measured_s:.3f} s, predicted {worst.predicted_s:.3f} s)", file=out)
+        print("\n".join(scale_lines(runs)), file=out)
+    else:
+        print("h100 (development set): no run simulated", file=out)
+    print(f"skipped {len(skipped)} rows:", file=out)
+    for s in skipped:
+        print(f"  {s.name} ({s.gpus} GPUs): {s.reason}", file=out)
+    out.flush()
+    if csv_out:
+        lines = ["set,run,gpus,measured_s,predicted_s,signed_pct_error,sim_wall_s"]
+        lines += [f"h100,{r.name},{r.gpus},{r.measured_s:.4f},{r.predicted_s:.4f},{100 * signed_error(r):.2f},{r.wall_s:.3f}"
+                  for r in runs]
+        write_atomic(Path(csv_out), ("\n".join(lines) + "\n").encode())
+    return runs, skipped
 
 
 # --- nccl-tests bus bandwidth ------------------------------------------------------------------
@@ -372,7 +521,11 @@ def calibrated(out: TextIO | None = None) -> None:
 # --- command line ------------------------------------------------------------------------------
 
 def main(args: argparse.Namespace) -> int:
-    """Entry of `simtrain validate vtrain|busbw` (arguments: simtrain.cli.validate)."""
+    """Entry of `simtrain validate vtrain|h100|busbw` (arguments: simtrain.cli.validate)."""
+    if args.what == "h100":
+        profile = None if args.profile == "none" else args.profile
+        h100_report(args.table, profile, args.csv, overrides=args.set or ())
+        return 0
     if args.what == "vtrain":
         profile = None if args.profile == "none" else args.profile
         runs, overrides = args.runs, []
