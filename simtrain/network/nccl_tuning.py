@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simtrain.errors import ConfigError
+from simtrain.errors import ConfigError, Problem
 
 VERSIONS = ("2.18", "2.19", "2.20", "2.21", "2.22", "2.23")
 LATEST = VERSIONS[-1]
@@ -271,8 +271,8 @@ def parse_list(value: str | None, names: tuple, where: str) -> tuple:
         part = part.strip()
         hit = next((n for n in names if n.lower() == part.lower()), None)
         if hit is None:
-            raise ConfigError(f"scenario: {where}: unknown name {part!r} in {value!r}; use names among "
-                              f"{', '.join(names)}, comma-separated, ^ first to exclude")
+            raise ConfigError([Problem("scenario", where, f"unknown name {part!r} in {value!r}",
+                                       f"use names among {', '.join(names)}, comma-separated, ^ first to exclude")])
         wanted.append(hit)
     return tuple(n for n in names if (n in wanted) != exclude)
 
@@ -298,11 +298,11 @@ def policy_of(network: object) -> Policy:
     where_p = "network.nccl_proto" if getattr(network, "nccl_proto", None) else "network.env.NCCL_PROTO"
     algos = tuple(a for a in parse_list(algo, NCCL_ALGOS, where_a) if a in MODELLED)
     if not algos:
-        raise ConfigError(f"scenario: {where_a}: {algo!r} leaves none of {', '.join(MODELLED)} "
-                          "(CollNet and PAT are not modelled); allow at least one of them")
+        raise ConfigError([Problem("scenario", where_a, f"{algo!r} leaves none of {', '.join(MODELLED)} "
+                                   "(CollNet and PAT are not modelled)", "allow at least one of them")])
     protos = parse_list(proto, NCCL_PROTOS, where_p)
     if not protos:
-        raise ConfigError(f"scenario: {where_p}: {proto!r} excludes every protocol; allow at least one")
+        raise ConfigError([Problem("scenario", where_p, f"{proto!r} excludes every protocol", "allow at least one")])
     return Policy(getattr(network, "nccl_version", None) or LATEST, algos, protos)
 
 
