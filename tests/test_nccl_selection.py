@@ -147,3 +147,11 @@ def test_choose_runs_the_pinned_algorithm_on_a_shipped_fabric():
     for nbytes in (2 ** 10, 2 ** 20, 2 ** 30):
         c = choose("all_reduce", nbytes, g, topo, nccl=pol)
         assert (c.algorithm, c.protocol) == ("ring", "Simple")
+
+
+def test_version_spellings():
+    """A quoted release, a full tag, NCCL's git tag and YAML's float (2.20 reads as 2.2)."""
+    assert [nt.version_of(v) for v in ("2.22", "2.22.3", "v2.21.5-1", 2.2, 2.19, None)] == \
+        ["2.22", "2.22", "2.21", "2.20", "2.19", nt.LATEST]
+    with pytest.raises(ConfigError, match="network.nccl_version"):
+        nt.version_of("2.17")

@@ -303,7 +303,20 @@ def policy_of(network: object) -> Policy:
     protos = parse_list(proto, NCCL_PROTOS, where_p)
     if not protos:
         raise ConfigError([Problem("scenario", where_p, f"{proto!r} excludes every protocol", "allow at least one")])
-    return Policy(getattr(network, "nccl_version", None) or LATEST, algos, protos)
+    return Policy(version_of(getattr(network, "nccl_version", None)), algos, protos)
+
+
+def version_of(value: object) -> str:
+    """A release "2.MM" from what a scenario gives: "2.22", "2.22.3", "v2.22.3-1", or the number
+    2.22 (YAML reads an unquoted 2.20 as 2.2: a number is read with two decimals)."""
+    if value is None or value == "":
+        return LATEST
+    s = f"{value:.2f}" if isinstance(value, float) else str(value).strip().lstrip("v")
+    rel = ".".join(s.split("-")[0].split(".")[:2])
+    if rel not in VERSIONS:
+        raise ConfigError([Problem("scenario", "network.nccl_version", f"NCCL {value!r}: no tuning constants for it",
+                                   f"use one of {', '.join(VERSIONS)}")])
+    return rel
 
 
 def snap(speed: float, array: tuple) -> float:

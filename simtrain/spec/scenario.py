@@ -353,8 +353,9 @@ class NetworkSpec:
     protocol: str = spec_field(("auto", "LL", "LL128", "Simple"), "NCCL protocol", default="auto")
     # NCCL's tuner (simtrain.network.nccl_tuning): which release chooses the algorithm and protocol
     # where they are auto, and what NCCL_ALGO / NCCL_PROTO allow it (NCCL's syntax: "Ring,Tree", "^LL128")
-    nccl_version: str = spec_field(("2.18", "2.19", "2.20", "2.21", "2.22", "2.23"),
-                                   "NCCL release whose tuning model picks algorithm and protocol", default="2.23")
+    nccl_version: str = spec_field("any", "NCCL release whose tuning model picks algorithm and protocol: "
+                                   "2.18 ... 2.23 (a full tag such as 2.22.3 reads as its release)", default="2.23",
+                                   json={"type": ["string", "number"]})
     nccl_algo: Optional[str] = spec_field("str", "NCCL_ALGO: algorithms the tuner may pick (e.g. Ring,Tree or ^NVLS)",
                                           default=None, optional=True)
     nccl_proto: Optional[str] = spec_field("str", "NCCL_PROTO: protocols the tuner may pick (e.g. Simple or ^LL128)",
