@@ -155,3 +155,16 @@ def test_version_spellings():
         ["2.22", "2.22", "2.21", "2.20", "2.19", nt.LATEST]
     with pytest.raises(ConfigError, match="network.nccl_version"):
         nt.version_of("2.17")
+
+
+def test_pinning_bypasses_measured_tables():
+    """A measured table (nccl-tests under NCCL's free choice) times auto; once NCCL_ALGO pins Ring
+    the model's ring/Simple is used. The table here says 1 s for any size, so the two differ."""
+    topo = load_topology(resources.TOPOLOGIES / "dgx-h100.yaml", 2)
+    g = group_shape(list(range(16)), topo)
+    table = ({"collective": "all_reduce", "ranks": 16, "nodes": 2,
+              "points": [{"bytes": 1024, "time_us": 1e6}, {"bytes": 2 ** 31, "time_us": 1e6}]},)
+    free = choose("all_reduce", 2 ** 20, g, topo, measured=table, nccl=nt.Policy())
+    assert free.algorithm == "measured" and free.seconds == pytest.approx(1.0)
+    pinned = choose("all_reduce", 2 ** 20, g, topo, measured=table, nccl=nt.Policy("2.23", ("Ring",)))
+    assert pinned.algorithm == "ring" and pinned.seconds < 0.01

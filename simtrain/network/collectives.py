@@ -528,10 +528,11 @@ def choose(coll: str, n: float, g: GroupShape, topo: Topology, algorithm: str = 
     NCCL_PROTO) and `auto`, NCCL's tuner's choice (`nccl_choice`); else the fastest by simtrain's
     model among those allowed, ties to the first registered. With `measured` tables (a
     calibrated device profile) and `auto`, the measurement is used where one exists for the
-    collective; `notes` collects what the lookup had to stretch."""
+    collective (not where NCCL_ALGO / NCCL_PROTO pin the choice: the table measured NCCL's free
+    choice); `notes` collects what the lookup had to stretch."""
     if g.size <= 1 or n <= 0:
         return Cost("none", "none", 0.0, 0.0)
-    if measured and algorithm == "auto" and protocol == "auto":
+    if measured and algorithm == "auto" and protocol == "auto" and not (nccl is not None and nccl.pinned):
         hit = measured_cost(coll, n, g, measured)
         if hit is not None:
             if hit[1] and notes is not None:
@@ -543,6 +544,11 @@ def choose(coll: str, n: float, g: GroupShape, topo: Topology, algorithm: str = 
             return hit
     algos = [n for n, a in ALGORITHMS.items() if a.tuned] if algorithm == "auto" else [algorithm]
     protos = PROTOCOLS if protocol == "auto" else (protocol,)
+    if nccl is not None and algorithm == "auto" and nccl.pinned:
+        # NCCL's pick has no simtrain form on this group (a tree inside one node): the fastest of
+        # what the pins allow
+        algos = [a for a in algos if a in nccl.simtrain_algorithms() or a in ("direct", "mesh")] or ["ring"]
+        protos = tuple(p for p in protos if p in nccl.protos) or protos
     best = None
     for a in algos:
         for pr in protos:

@@ -284,6 +284,12 @@ class Policy:
     algos: tuple = MODELLED
     protos: tuple = NCCL_PROTOS
 
+    @property
+    def pinned(self) -> bool:
+        """Whether NCCL_ALGO / NCCL_PROTO restrict the choice (a measured table, taken under
+        NCCL's free choice, then no longer times the collective)."""
+        return self.algos != MODELLED or self.protos != NCCL_PROTOS
+
     def simtrain_algorithms(self) -> tuple:
         return tuple(SIMTRAIN_NAME[a] for a in self.algos if a in SIMTRAIN_NAME)
 
