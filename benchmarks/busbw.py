@@ -25,22 +25,22 @@ from simtrain.studies.validate import MIN_SIZE, busbw, layout, summary, sweeps  
 
 # Each sweep's NCCL release and environment, as its source states them
 # (validation/data/nccl-tests/nccl_busbw.yaml `hardware.nccl`; shared/data/calibration/nccl-algorithms/).
-# known: whether the environment that chose the algorithm is known (the GCP profile also loads a
-# tuner plugin whose decisions are not public: Ring,Tree / Simple pinned is what is known of it).
+# known: whether the environment that chose the algorithm is known: yes, no, or partly (the GCP
+# profile also loads a tuner plugin whose decisions are not public: Ring,Tree / Simple is what is known).
 SWEEP_ENV = {
-    "nccl_vp_h100_1node_allreduce": {"release": "2.24.3", "version": "2.23", "env": {}, "known": True,
+    "nccl_vp_h100_1node_allreduce": {"release": "2.24.3", "version": "2.23", "env": {}, "known": "yes",
                                      "note": "NCCL 2.24.3, no NCCL_ALGO / NCCL_PROTO in the log; tuned with 2.23, the latest release tabulated"},
-    "nccl_vp_h100_4node_allreduce": {"release": "2.24.3", "version": "2.23", "env": {}, "known": True,
+    "nccl_vp_h100_4node_allreduce": {"release": "2.24.3", "version": "2.23", "env": {}, "known": "yes",
                                      "note": "as the one-node sweep"},
-    "nccl_vp_h100_4node_allgather": {"release": "2.24.3", "version": "2.23", "env": {}, "known": True,
+    "nccl_vp_h100_4node_allgather": {"release": "2.24.3", "version": "2.23", "env": {}, "known": "yes",
                                      "note": "as the one-node sweep"},
     "nccl_gcp_h100_2node_allreduce": {"release": "2.21.5", "version": "2.21",
-                                      "env": {"NCCL_ALGO": "Ring,Tree", "NCCL_PROTO": "Simple"}, "known": True,
+                                      "env": {"NCCL_ALGO": "Ring,Tree", "NCCL_PROTO": "Simple"}, "known": "partly",
                                       "note": "Google's TCPXO profile (NCCL_ALGO=Ring,Tree, NCCL_PROTO=Simple, NVLS off) and a tuner plugin "
                                               "whose choice between Ring and Tree is not public; NCCL 2.21.5 per the plugin's release notes"},
-    "nccl_azure_nda100v4_allreduce": {"release": "2.18.5", "version": "2.18", "env": {}, "known": False,
+    "nccl_azure_nda100v4_allreduce": {"release": "2.18.5", "version": "2.18", "env": {}, "known": "no",
                                       "note": "labelled NVLS, which A100 cannot run: what ran is unknown; stock choice shown"},
-    "nccl_azure_ndh200v5_allreduce": {"release": "2.20.5", "version": "2.20", "env": {"NCCL_ALGO": "NVLS"}, "known": True,
+    "nccl_azure_ndh200v5_allreduce": {"release": "2.20.5", "version": "2.20", "env": {"NCCL_ALGO": "NVLS"}, "known": "yes",
                                       "note": "the results page: NVLS algorithm"},
 }
 
@@ -62,7 +62,7 @@ def nccl_report(overrides: dict | None = None) -> int:
         if overrides and e["id"] in overrides:
             print(f"\n(what-if: {e['id']} with {overrides[e['id']]} in place of its recorded environment)")
         flow = FlowNetwork(topo)
-        info = SWEEP_ENV.get(e["id"], {"note": "environment not recorded", "known": False})
+        info = SWEEP_ENV.get(e["id"], {"note": "environment not recorded", "known": "no"})
         print(f"\n{e['id']} ({e['collective']}, {e['n_gpus']} GPUs on {e['n_nodes']} node(s), {tname}); "
               f"NCCL {pol.version} tuner, NCCL_ALGO {','.join(pol.algos)}, NCCL_PROTO {','.join(pol.protos)}")
         print(f"  {info['note']}")
@@ -85,7 +85,7 @@ def nccl_report(overrides: dict | None = None) -> int:
         table.append((e["id"], info["known"], sa, sf))
     print("\nsummary, sizes from 1 MiB up within 15 % (NCCL's tuner, each sweep's environment):")
     for i, known, sa, sf in table:
-        print(f"  {i:34s} env {'known' if known else 'unknown':7s} analytical {sa[0]:2d} of {sa[1]}, mean |err| "
+        print(f"  {i:34s} env known: {known:6s} analytical {sa[0]:2d} of {sa[1]}, mean |err| "
               f"{100 * sa[2]:5.1f} %   flow {sf[0]:2d} of {sf[1]}, {100 * sf[2]:5.1f} %")
     return 0
 
