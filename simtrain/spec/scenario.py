@@ -357,9 +357,9 @@ class NetworkSpec:
                                    "2.18 ... 2.23 (a full tag such as 2.22.3 reads as its release)", default="2.23",
                                    json={"type": ["string", "number"]})
     nccl_algo: Optional[str] = spec_field("str", "NCCL_ALGO: algorithms the tuner may pick (e.g. Ring,Tree or ^NVLS)",
-                                          default=None, optional=True)
+                                          default=None, optional=True, dump="none")
     nccl_proto: Optional[str] = spec_field("str", "NCCL_PROTO: protocols the tuner may pick (e.g. Simple or ^LL128)",
-                                           default=None, optional=True)
+                                           default=None, optional=True, dump="none")
     env: Optional[dict] = spec_field("any", "NCCL environment (NCCL_ALGO, NCCL_PROTO read; nccl_algo / nccl_proto win)",
                                      default=None, optional=True, dump="none",
                                      json={"type": "object", "additionalProperties": {"type": "string"}})
