@@ -186,3 +186,18 @@ def test_one_node_sweeps_within_15_percent_with_nccls_choice(sweep_id: str, vers
         if r["bytes"] >= MIN_SIZE:
             bw = busbw(e, r["bytes"], choose("all_reduce", r["bytes"], shape, topo, nccl=pol).seconds)
             assert abs(bw / r["busbw_GBps"] - 1) <= 0.15, r["bytes"]
+
+
+def test_choice_changes_between_releases():
+    """Where the constants differ the choice does. 3 x 8 H100, 1 MiB all-reduce: 2.18's NVLSTree
+    latency 23 + 2 (3 - 1) 19 = 99 us loses to Tree/LL128; from 2.19 NVLSTree is 23 (2.21: 25)
+    + 2 x 14 us and wins: 2.19 23 + 28 + 1 MiB / 80 GB/s = 64.107 us. 2 x 8 H100, 256 MiB: 2.22
+    counts 2 x 2 network ring steps, 2.23 2 x 1, which moves Ring/LL128 to Ring/Simple."""
+    x = {v: nt.inputs_for(3, 24, 450.0, 200.0, version=v) for v in ("2.18", "2.19", "2.21")}
+    assert nt.select("2.18", "all_reduce", 2 ** 20, x["2.18"])[:2] == ("Tree", "LL128")
+    a, p, t = nt.select("2.19", "all_reduce", 2 ** 20, x["2.19"])
+    assert (a, p) == ("NVLSTree", "Simple") and t == pytest.approx(23 + 28 + 2 ** 20 / 80e3)
+    assert nt.select("2.21", "all_reduce", 2 ** 20, x["2.21"])[2] == pytest.approx(25 + 28 + 2 ** 20 / 80e3)
+    two = nt.inputs_for(2, 16, 450.0, 200.0)
+    assert nt.select("2.22", "all_reduce", 2 ** 28, two)[:2] == ("Ring", "LL128")
+    assert nt.select("2.23", "all_reduce", 2 ** 28, two)[:2] == ("Ring", "Simple")
