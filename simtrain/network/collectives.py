@@ -21,9 +21,11 @@ A collective runs one algorithm with one protocol. Its time is
              LL128 120 of 128 (NCCL caps ring LL128 at 0.92 of the bus bandwidth), Simple all of it
   efficiency the fabric's measured bus-bandwidth efficiency (nccl-tests; see the topology file)
 
-Algorithms (each one registered function). `auto` picks, as NCCL's tuner does, the lowest
-predicted time per collective, size and group shape over every protocol and NCCL's own
-algorithms (ring, tree, nvls, nvls_tree; direct for all-to-all); halving_doubling,
+Algorithms (each one registered function). Under `auto` a scenario runs what NCCL's own tuner
+of its `network.nccl_version` picks within NCCL_ALGO / NCCL_PROTO (`nccl_choice`,
+`simtrain.network.nccl_tuning`), timed by the forms here; without a policy `auto` picks the
+lowest time by these forms per collective, size and group shape over every protocol and NCCL's
+own algorithms (ring, tree, nvls, nvls_tree; direct for all-to-all); halving_doubling,
 hierarchical and pairwise (other libraries' algorithms) run when the scenario names them:
 
   ring             2(p-1) steps (all-reduce) or p-1 (reduce-scatter, all-gather); a flat ring
