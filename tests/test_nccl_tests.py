@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from simtrain.calibration.nccl_tests import bus_factor, read
+from simtrain.calibration.nccl_tests import bus_factor, read, tuning_choices
 from simtrain.errors import ConfigError
 
 DATA = Path(__file__).parent / "data" / "nccl"
@@ -75,3 +75,15 @@ def test_the_log_agrees_with_the_validation_sweep_it_was_taken_from():
     recorded = {r["bytes"]: r["busbw_GBps"] for r in e["data"]}
     for r in sw.rows:
         assert r.busbw / 1e9 == pytest.approx(recorded[r.bytes], abs=0.01 + r.busbw / 1e9 * 0.005 / (r.time_s * 1e6))
+
+
+def test_tuning_lines_all_formats():
+    """NCCL's TUNING lines: the 2.22 format (NVIDIA/nccl issue 1453's log) with indices and the
+    model's time, and the 2.24+ format with names (an NCCL 2.30 log of one H100 node)."""
+    log = ("host:1:1 [0] NCCL INFO 65536 Bytes -> Algo 0 proto 0 time 37.798233\n"
+           "host:1:1 [0] NCCL INFO 1048576 Bytes -> Algo 5 proto 2 time 66.107201\n"
+           "host:1:1 [0] NCCL INFO 1048576 Bytes -> Algo 5 proto 2 time 66.107201\n"
+           "host:1:1 [0] NCCL INFO AllReduce: 2097152 Bytes -> Algo NVLS proto SIMPLE channel{Lo..Hi}={0..15}\n")
+    got = [(c.bytes, c.algorithm, c.protocol, c.collective, c.time_us) for c in tuning_choices(log)]
+    assert got == [(65536, "Tree", "LL", None, 37.798233), (1048576, "NVLSTree", "Simple", None, 66.107201),
+                   (2097152, "NVLS", "Simple", "AllReduce", None)]

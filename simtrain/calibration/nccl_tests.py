@@ -246,3 +246,42 @@ def read(path: Path, collective: str | None = None, raw: bytes | None = None) ->
         doc = tree_of(text, "json", errs, "give the complete file nccl-tests -J wrote")
         return parse_json(doc, str(path), collective)
     return parse_text(text, str(path), collective)
+
+
+# NCCL's algorithm and protocol indices as its TUNING log lines print them up to 2.23
+# (src/include/devcomm.h order; shared/data/calibration/nccl-algorithms/nccl-tuning-constants-2.18-2.23.yaml)
+TUNING_ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+TUNING_PROTOS = ("LL", "LL128", "Simple")
+_TUNING = re.compile(r"(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
+                     r"(?: time (?P<time>[\d.]+))?")
+
+
+@dataclass(frozen=True)
+class TuningChoice:
+    """One per-call line of NCCL's tuner (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING)."""
+    bytes: int
+    algorithm: str          # NCCL's name: Tree, Ring, NVLS, NVLSTree, ...
+    protocol: str           # LL, LL128, Simple
+    collective: str | None  # as the line names it (2.23+), else None
+    time_us: float | None   # the model's predicted time (2.20-2.23), else None
+
+
+def tuning_choices(text: str) -> list:
+    """NCCL's choice per call from a log with TUNING lines, in all three formats:
+    2.20-2.22 '<bytes> Bytes -> Algo <i> proto <j> time <us>', 2.23 '<Coll>: <bytes> Bytes -> ...',
+    2.24+ '<Coll>: <bytes> Bytes -> Algo <NAME> proto <NAME> channel{Lo..Hi}={..}'. Indices are
+    read in NCCL's order (TUNING_ALGOS, TUNING_PROTOS); repeated sizes are kept once, first seen.
+    Example: '65536 Bytes -> Algo 0 proto 0 time 37.798233' -> (65536, Tree, LL, None, 37.798233)."""
+    out, seen = [], set()
+    for m in _TUNING.finditer(text):
+        a, p = m["algo"], m["proto"]
+        algo = TUNING_ALGOS[int(a)] if a.isdigit() and int(a) < len(TUNING_ALGOS) else a.upper()
+        proto = TUNING_PROTOS[int(p)] if p.isdigit() and int(p) < len(TUNING_PROTOS) else p
+        algo = next((n for n in TUNING_ALGOS if n.upper() == algo.upper()), algo)
+        proto = next((n for n in TUNING_PROTOS if n.upper() == proto.upper()), proto)
+        key = (m["coll"], int(m["bytes"]))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(TuningChoice(int(m["bytes"]), algo, proto, m["coll"], float(m["time"]) if m["time"] else None))
+    return out

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from simtrain.hardware.topology import Topology
 from simtrain.network.backend import CollectiveChoice, Timing
 from simtrain.network.collectives import Cost, LoadedShape, choose, p2p_time
+from simtrain.network.nccl_tuning import policy_of
 from simtrain.plan.grid import GroupShape, RankClass, RankGrid
 from simtrain.spec.scenario import Scenario
 
@@ -27,6 +28,7 @@ class AnalyticalBackend:
     def __init__(self, sc: Scenario, topo: Topology, place=None, tables: tuple = ()):
         self.topo = topo
         self.network = sc.network
+        self.nccl = policy_of(sc.network)
         self.tables = tuple(tables or ())
         self.notes: set = set()
         self.chosen: dict = {}       # (kind, collective, bytes, group shape) -> Cost
@@ -55,7 +57,7 @@ class AnalyticalBackend:
         protocol, the measured tables where they apply)."""
         net = self.network
         return choose(collective, nbytes, shape, self.topo, net.algorithm_for(collective), net.protocol,
-                      self.tables, self.notes)
+                      self.tables, self.notes, self.nccl)
 
     def collective(self, collective: str, nbytes: float, kind: str, c: RankClass) -> Timing:
         shape = self.loaded_shape(kind, c)

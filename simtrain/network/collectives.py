@@ -21,9 +21,11 @@ A collective runs one algorithm with one protocol. Its time is
              LL128 120 of 128 (NCCL caps ring LL128 at 0.92 of the bus bandwidth), Simple all of it
   efficiency the fabric's measured bus-bandwidth efficiency (nccl-tests; see the topology file)
 
-Algorithms (each one registered function). `auto` picks, as NCCL's tuner does, the lowest
-predicted time per collective, size and group shape over every protocol and NCCL's own
-algorithms (ring, tree, nvls, nvls_tree; direct for all-to-all); halving_doubling,
+Algorithms (each one registered function). Under `auto` a scenario runs what NCCL's own tuner
+of its `network.nccl_version` picks within NCCL_ALGO / NCCL_PROTO (`nccl_choice`,
+`simtrain.network.nccl_tuning`), timed by the forms here; without a policy `auto` picks the
+lowest time by these forms per collective, size and group shape over every protocol and NCCL's
+own algorithms (ring, tree, nvls, nvls_tree; direct for all-to-all); halving_doubling,
 hierarchical and pairwise (other libraries' algorithms) run when the scenario names them:
 
   ring             2(p-1) steps (all-reduce) or p-1 (reduce-scatter, all-gather); a flat ring
@@ -97,6 +99,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simtrain.hardware.topology import Topology
+from simtrain.network import nccl_tuning
 from simtrain.plan.grid import GroupShape
 
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -488,21 +491,66 @@ def measured_cost(coll: str, n: float, g: GroupShape, tables: tuple) -> tuple | 
     return Cost("measured", "measured", 0.0, seconds * scale), note
 
 
+def nccl_inputs(g: GroupShape, topo: Topology, version: str = nccl_tuning.LATEST) -> nccl_tuning.Inputs:
+    """What NCCL's tuner sees of a group on this fabric (`nccl_tuning.inputs_for`): the raw
+    scale-up link per GPU and the NIC bandwidth of the group's ranks on one node (k NIC shares)."""
+    intra = topo._link_by_class("domain" if g.span == "domain" else "scale_up").bw / 1e9
+    k = g.min_per_node or g.per_node if g.spans_nodes else 1
+    net = k * _link_raw(topo, g) / 1e9 if g.spans_nodes else 0.0
+    cc = nccl_tuning.compcap_of(f"{topo.device_label} {topo.name}")
+    return nccl_tuning.inputs_for(g.nodes if g.spans_nodes else 1, g.size, intra, net, cc,
+                                  bool(_params(topo).get("nvls_efficiency")), version=version)
+
+
+def _link_raw(topo: Topology, g: GroupShape) -> float:
+    return topo._link_by_class(_net_class(g)).bw
+
+
+def nccl_choice(coll: str, n: float, g: GroupShape, topo: Topology, policy: nccl_tuning.Policy,
+                protocol: str = "auto") -> Cost | None:
+    """The (algorithm, protocol) NCCL's tuner of `policy.version` runs, among those the policy
+    allows, timed by simtrain's model; where simtrain has no form for NCCL's first choice on this
+    group (a tree inside one node, NVLS on a fabric without it) the tuner's next one. None where
+    NCCL does not choose (all-to-all) or nothing allowed applies."""
+    if coll == "all_to_all" or g.size <= 1:
+        return None
+    protos = policy.protos if protocol == "auto" else tuple(p for p in policy.protos if p == protocol) or (protocol,)
+    x = nccl_inputs(g, topo, policy.version)
+    for _, a, p in nccl_tuning.ranking(policy.version, coll, n, x, policy.algos, protos):
+        c = cost(coll, n, g, topo, nccl_tuning.SIMTRAIN_NAME[a], p)
+        if c is not None:
+            return c
+    return None
+
+
 def choose(coll: str, n: float, g: GroupShape, topo: Topology, algorithm: str = "auto",
-           protocol: str = "auto", measured: tuple = (), notes: set | None = None) -> Cost:
-    """The fastest (algorithm, protocol) among those allowed; ties go to the first registered.
-    With `measured` tables (a calibrated device profile) and `auto`, the measurement is used
-    where one exists for the collective; `notes` collects what the lookup had to stretch."""
+           protocol: str = "auto", measured: tuple = (), notes: set | None = None,
+           nccl: nccl_tuning.Policy | None = None) -> Cost:
+    """The (algorithm, protocol) run: with `nccl` (a scenario's NCCL release and NCCL_ALGO /
+    NCCL_PROTO) and `auto`, NCCL's tuner's choice (`nccl_choice`); else the fastest by simtrain's
+    model among those allowed, ties to the first registered. With `measured` tables (a
+    calibrated device profile) and `auto`, the measurement is used where one exists for the
+    collective (not where NCCL_ALGO / NCCL_PROTO pin the choice: the table measured NCCL's free
+    choice); `notes` collects what the lookup had to stretch."""
     if g.size <= 1 or n <= 0:
         return Cost("none", "none", 0.0, 0.0)
-    if measured and algorithm == "auto" and protocol == "auto":
+    if measured and algorithm == "auto" and protocol == "auto" and not (nccl is not None and nccl.pinned):
         hit = measured_cost(coll, n, g, measured)
         if hit is not None:
             if hit[1] and notes is not None:
                 notes.add(hit[1])
             return hit[0]
+    if nccl is not None and algorithm == "auto":
+        hit = nccl_choice(coll, n, g, topo, nccl, protocol)
+        if hit is not None:
+            return hit
     algos = [n for n, a in ALGORITHMS.items() if a.tuned] if algorithm == "auto" else [algorithm]
     protos = PROTOCOLS if protocol == "auto" else (protocol,)
+    if nccl is not None and algorithm == "auto" and nccl.pinned:
+        # NCCL's pick has no simtrain form on this group (a tree inside one node): the fastest of
+        # what the pins allow
+        algos = [a for a in algos if a in nccl.simtrain_algorithms() or a in ("direct", "mesh")] or ["ring"]
+        protos = tuple(p for p in protos if p in nccl.protos) or protos
     best = None
     for a in algos:
         for pr in protos:

@@ -17,6 +17,7 @@ from simtrain.hardware.topology import Topology
 from simtrain.network.backend import CollectiveChoice, Timing
 from simtrain.network.collectives import p2p_time
 from simtrain.network.flows import FlowNetwork, Transfer
+from simtrain.network.nccl_tuning import policy_of
 from simtrain.plan.grid import RankClass, RankGrid
 from simtrain.spec.scenario import Scenario
 
@@ -36,6 +37,7 @@ class FlowBackend:
         self.net = FlowNetwork(topo, sc.seed)
         self.algo = sc.network.algorithm_for
         self.protocol = sc.network.protocol
+        self.nccl = policy_of(sc.network)
         self.notes: set = set()
         self.groups: dict = {}     # (kind, stage) -> device lists of its groups
         for k in grid.kinds(sc.model.moe is not None):
@@ -66,7 +68,7 @@ class FlowBackend:
         hit = self.stats.get(key)
         if hit is None:
             cost, moved, sat = self.net.select(collective, nbytes, self.groups[(kind, c.stage)], self.algo(collective),
-                                               self.protocol)
+                                               self.protocol, self.nccl)
             hit = self.stats[key] = (cost.seconds, moved, sat, cost)
         return Timing(hit[0], self.load(key, c.multiplicity / self.per_stage), key)
 

@@ -353,16 +353,22 @@ class FlowNetwork:
                 key=lambda c: c.seconds)
         return c, moved, sat
 
-    def select(self, coll: str, n: float, groups: list, named: str = "auto", protocol: str = "auto") -> tuple:
+    def select(self, coll: str, n: float, groups: list, named: str = "auto", protocol: str = "auto",
+               nccl: object = None) -> tuple:
         """(Cost, bytes per link, saturated seconds per link) of a collective as the flow backend
         runs it. An all-reduce for which the closed form picks (`auto`) or the scenario names NVLS
         or a tree runs in their flow form (`_nvls`, `_tree`); otherwise the named algorithm if it
         has phases, else (and for `auto`) the first of FLOW_ALGORITHMS: ring, or direct for
         all-to-all; inside one full-mesh domain the mesh algorithm where the closed form picks it;
-        the fastest protocol (flows are timed once; protocols rescale them)."""
+        the fastest protocol (flows are timed once; protocols rescale them). With `nccl` (an
+        `nccl_tuning.Policy`) and `auto`, the algorithm and protocol NCCL's tuner picks."""
+        if nccl is not None and named == "auto" and coll != "all_to_all":
+            pick = choose(coll, n, group_shape(groups[0], self.topo), self.topo, named, protocol, nccl=nccl)
+            if pick.protocol in PROTOCOLS:
+                protocol = pick.protocol
         if coll == "all_reduce" and named in ("auto", "nvls", "tree", "nvls_tree"):
             g = group_shape(groups[0], self.topo)
-            algorithm = choose(coll, n, g, self.topo, named, protocol).algorithm
+            algorithm = choose(coll, n, g, self.topo, named, protocol, nccl=nccl).algorithm
             if algorithm == "nvls" and not g.spans_nodes:
                 return self._nvls(n, g, groups, protocol)
             if algorithm in ("tree", "nvls_tree") and g.spans_nodes and g.uniform:

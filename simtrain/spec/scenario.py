@@ -351,6 +351,18 @@ class NetworkSpec:
     all_gather: str = spec_field(_algorithms("all_gather"), "all-gather algorithm", default="auto")
     all_to_all: str = spec_field(_algorithms("all_to_all"), "all-to-all algorithm", default="auto")
     protocol: str = spec_field(("auto", "LL", "LL128", "Simple"), "NCCL protocol", default="auto")
+    # NCCL's tuner (simtrain.network.nccl_tuning): which release chooses the algorithm and protocol
+    # where they are auto, and what NCCL_ALGO / NCCL_PROTO allow it (NCCL's syntax: "Ring,Tree", "^LL128")
+    nccl_version: str = spec_field("any", "NCCL release whose tuning model picks algorithm and protocol: "
+                                   "2.18 ... 2.23 (a full tag such as 2.22.3 reads as its release)", default="2.23",
+                                   json={"type": ["string", "number"]})
+    nccl_algo: Optional[str] = spec_field("str", "NCCL_ALGO: algorithms the tuner may pick (e.g. Ring,Tree or ^NVLS)",
+                                          default=None, optional=True, dump="none")
+    nccl_proto: Optional[str] = spec_field("str", "NCCL_PROTO: protocols the tuner may pick (e.g. Simple or ^LL128)",
+                                           default=None, optional=True, dump="none")
+    env: Optional[dict] = spec_field("any", "NCCL environment (NCCL_ALGO, NCCL_PROTO read; nccl_algo / nccl_proto win)",
+                                     default=None, optional=True, dump="none",
+                                     json={"type": "object", "additionalProperties": {"type": "string"}})
 
     def algorithm_for(self, collective: str) -> str:
         return getattr(self, collective, "auto")
