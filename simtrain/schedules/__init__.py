@@ -9,6 +9,7 @@ schedule's name; adding a schedule is one builder function and one `@register` d
   validate     `validate` (complete, consistent, deadlock-free), `order_execution`, `timed_execution`
   basic        GPipe, 1F1B, interleaved 1F1B
   zero_bubble  ZB-H1, ZB-H2, ZB-V
+  zb_auto      ZB-1p, ZB-2p: the heuristic search over profiled times under a memory limit
   dualpipe     DualPipe, DualPipeV
   csvio        torch.distributed.pipelining / torchtitan CSV import and export
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simtrain.errors import ScheduleError
-from simtrain.schedules import basic, dualpipe, zero_bubble  # noqa: F401  (the shipped schedules register on import)
+from simtrain.schedules import basic, dualpipe, zb_auto, zero_bubble  # noqa: F401  (the shipped schedules register on import)
 from simtrain.schedules.csvio import read_csv
 from simtrain.schedules.registry import SCHEDULES, Action, Schedule, ScheduleDef, forward_pass, make, register, simple_route
 from simtrain.schedules.validate import order_execution, timed_execution, validate
