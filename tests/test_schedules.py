@@ -362,3 +362,39 @@ def test_first_and_last_counts_may_cover_every_stage(tmp_path, fast_topology):
                           training={"global_batch_size": 8})
     sc, topo = load_scenario(path)
     assert [s.layers for s in simulate(sc, topo).result.stages] == [8]
+
+
+def _megatron_interleaved_rows(p, v, m):
+    """Megatron-LM's interleaved order, re-derived from its description
+    (megatron/core/pipeline_parallel/schedules.py: get_schedule_table, get_pp_rank_microbatches,
+    forward_backward_pipelining_with_interleaving; default microbatch_group_size_per_vp_stage = pp):
+    virtual microbatch k runs table[k] = (microbatch, chunk), the table listing for each group of
+    pp microbatches every chunk in turn over the group; a rank runs (p - r - 1)·2 + (v - 1)·p
+    warm-up forwards (at most m·v), then forward k + warm-up and backward k in turn, then the
+    remaining backwards; a backward runs chunk v - 1 - table[k].chunk."""
+    g = p
+    table = [(mb, c) for lo in range(0, m, g) for c in range(v) for mb in range(lo, min(lo + g, m))]
+    rows = []
+    for r in range(p):
+        warm = min((p - r - 1) * 2 + (v - 1) * g, m * v)
+        fw = [("F", *table[k]) for k in range(m * v)]
+        bw = [("BW", table[k][0], v - 1 - table[k][1]) for k in range(m * v)]
+        row = fw[:warm]
+        for k in range(m * v - warm):
+            row += [fw[warm + k], bw[k]]
+        row += bw[m * v - warm:]
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("p,v,m", [(2, 2, 4), (4, 2, 8), (4, 3, 8), (2, 3, 6), (4, 2, 4)])
+def test_interleaved_order_is_megatrons(p, v, m):
+    """The interleaved builder runs Megatron-LM's order: the same warm-up count, microbatch groups
+    of pp per chunk and chunk reversal in the backward (by hand for p 2, v 2, m 4, rank 1: warm-up
+    (2-1-1)·2 + 1·2 = 2 forwards 0F0 0F1, then 1F0 1B0 1F1 1B1 0F2 0B0 0F3 0B1 1F2 1B2 1F3 1B3,
+    then 0B2 0B3)."""
+    s = build_schedule("interleaved_1f1b", p, m, v)
+    got = [[(a.kind, a.microbatch, a.chunk) for a in row] for row in s.actions]
+    assert got == _megatron_interleaved_rows(p, v, m)
+    if (p, v, m) == (2, 2, 4):
+        assert " ".join(str(a) for a in s.actions[1]) == "0F0 0F1 1F0 1BW0 1F1 1BW1 0F2 0BW0 0F3 0BW1 1F2 1BW2 1F3 1BW3 0BW2 0BW3"
