@@ -61,7 +61,8 @@ from simtrain.results.step import (
     StepResult,
     Stragglers,
 )
-from simtrain.schedules import forward_pass, schedule_for
+from simtrain.schedules import SCHEDULES, forward_pass, schedule_for
+from simtrain.schedules.zb_auto import stage_times
 from simtrain.spec.scenario import Scenario
 from simtrain.workload.build import build_workload
 from simtrain.workload.flops import hardware_flops_per_step, model_flops_per_step
@@ -206,7 +207,12 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
     p = sc.parallel
     dev = device_of(sc.cluster)
     m = sc.num_microbatches
-    sched = schedule_for(p, m)
+    d = SCHEDULES.get(p.schedule)
+    times = None
+    if d is not None and d.timed and not p.schedule_csv:
+        # a searched schedule is built over the stages' profiled F / B / W times
+        times = stage_times(build_workload(sc, d.num_stages(p.pp, p.vpp)), costs or CalibratedRoofline(dev, sc.training.precision))
+    sched = schedule_for(p, m, times)
     if sc.training.forward_only:
         sched = forward_pass(sched)      # the configured schedule's forwards, in its order
     work = build_workload(sc, sched.num_stages)

@@ -3,9 +3,12 @@ Parallelism", ICLR'24 §3.2): valid, within their memory limit, and at the paper
 bubbles when T_F = T_B = T_W and communication is free (§3.1, Table 2 / the reference README's
 comparison: ZB-1p (p-1)(T_F + T_B - T_W) per rank, ZB-2p 0 once m >= 2p-1)."""
 import pytest
+from conftest import small_scenario
 
 from simtrain.schedules import SCHEDULES, build_schedule, validate
 from simtrain.schedules.zb_auto import rank_span, zb_auto
+from simtrain.simulate import simulate
+from simtrain.spec.loading import load_scenario
 
 
 def _peak(s):
@@ -58,3 +61,27 @@ def test_registered_with_post_validation():
         assert SCHEDULES[name].post_validation
     for name in ("1f1b", "gpipe", "interleaved_1f1b", "dualpipe", "dualpipev"):
         assert not SCHEDULES[name].post_validation
+
+
+def test_per_stage_times_reach_the_bottleneck_stage():
+    """A last stage 1.5x slower (an LM head): the step cannot beat that stage's own work,
+    m·1.5·(T_F + T_B + T_W) = 8·4.5 = 36 for p 4, m 8; ZB-2p reaches it (the faster stages keep
+    the slow one fed), ZB-1p within (p-1)·1.5·(T_F + T_B - T_W) of it."""
+    f = b = w = (1.0, 1.0, 1.0, 1.5)
+    two = build_schedule("zb_2p", 4, 8, 1, (f, b, w))
+    one = build_schedule("zb_1p", 4, 8, 1, (f, b, w))
+    assert rank_span(two, f, b, w) == pytest.approx(36.0)
+    assert 36.0 <= rank_span(one, f, b, w) <= 36.0 + 3 * 1.5 + 1e-9
+    assert _peak(two) <= 8 and _peak(one) <= 4
+
+
+def test_scenario_builds_the_search_over_its_stage_times(tmp_path, plain_topology):
+    """In a scenario, zb_1p / zb_2p are searched over the stages' compute times from the cost
+    model (`stage_times`) and run like any schedule; with the same memory they are no slower than
+    the handcrafted ZB-H1 / ZB-H2 and faster than 1F1B (small GPT, pp 4, 8 microbatches)."""
+    step = {}
+    for name in ("1f1b", "zb_h1", "zb_1p", "zb_h2", "zb_2p"):
+        p = small_scenario(tmp_path, plain_topology, parallel={"pp": 4, "schedule": name})
+        step[name] = simulate(*load_scenario(p)).result.step_time_s
+    assert step["zb_1p"] < step["1f1b"] and step["zb_2p"] < step["1f1b"]
+    assert step["zb_1p"] <= step["zb_h1"] + 1e-12 and step["zb_2p"] <= step["zb_h2"] + 1e-12

@@ -23,18 +23,27 @@ bubble is (p-1)(T_F + T_B - T_W) per rank, ZB-2p's 0 for m >= 2p-1
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import product
 
+from simtrain.cost.roofline import ComputeCostModel, sequence_time
 from simtrain.schedules.registry import Action, Schedule, make, register
 from simtrain.schedules.validate import timed_execution
+from simtrain.workload.ir import Comm, Ring, StageWork
 
 _EPS = 1e-12
 
 
-def _greedy(pp: int, m: int, limit: int, t_f: float, t_b: float, t_w: float, t_comm: float,
-            extra_f: bool, fill_small: bool, stair: bool = False) -> list:
-    """One heuristic run: per rank, its ordered actions (kind, microbatch)."""
-    dur = {"F": t_f, "B": t_b, "W": t_w}
+def _per_rank(pp: int, t: float | Sequence[float]) -> tuple:
+    return tuple(float(x) for x in t) if isinstance(t, (list, tuple)) else (float(t),) * pp
+
+
+def _greedy(pp: int, m: int, limit: int, t_f: float | Sequence[float], t_b: float | Sequence[float],
+            t_w: float | Sequence[float], t_comm: float, extra_f: bool, fill_small: bool, stair: bool = False) -> list:
+    """One heuristic run: per rank, its ordered actions (kind, microbatch). Times are one value
+    for every rank or one per rank."""
+    dur = {"F": _per_rank(pp, t_f), "B": _per_rank(pp, t_b), "W": _per_rank(pp, t_w)}
+    tw = dur["W"]
     free = [0.0] * pp                        # when each rank is next free
     end_f = [[None] * m for _ in range(pp)]  # end time of F / B of (rank, microbatch), once scheduled
     end_b = [[None] * m for _ in range(pp)]
@@ -67,11 +76,11 @@ def _greedy(pp: int, m: int, limit: int, t_f: float, t_b: float, t_w: float, t_c
         if t is not None:
             return t
         src = r - 1 if kind == "F" else r + 1
-        return free[src] + dur[kind] + t_comm
+        return free[src] + dur[kind][src] + t_comm
 
     def run(r: int, kind: str, at: float) -> None:
         i = {"F": nf, "B": nb, "W": nw}[kind][r]
-        e = at + dur[kind]
+        e = at + dur[kind][r]
         if kind == "F":
             end_f[r][i] = e
             nf[r] += 1
@@ -97,7 +106,7 @@ def _greedy(pp: int, m: int, limit: int, t_f: float, t_b: float, t_w: float, t_c
             if b_now:
                 return "B"
             if f_now:
-                if not extra_f and b_left and rb is not None and t + t_f > rb + _EPS:
+                if not extra_f and b_left and rb is not None and t + dur["F"][r] > rb + _EPS:
                     return None                          # this F would delay the first B
                 return "F"
             return None
@@ -110,7 +119,7 @@ def _greedy(pp: int, m: int, limit: int, t_f: float, t_b: float, t_w: float, t_c
                 return "W"                               # the memory limit blocks F: recycle
             if w_left:
                 gap = lower_bound(r, first) - t
-                if gap >= t_w - _EPS or fill_small:
+                if gap >= tw[r] - _EPS or fill_small:
                     return "W"
             if now[second] and not w_left:
                 return second
@@ -118,7 +127,7 @@ def _greedy(pp: int, m: int, limit: int, t_f: float, t_b: float, t_w: float, t_c
         if b_now:                                        # cool-down
             return "B"
         if w_left:
-            if b_left and not fill_small and lower_bound(r, "B") - t < t_w - _EPS:
+            if b_left and not fill_small and lower_bound(r, "B") - t < tw[r] - _EPS:
                 return None
             return "W"
         return None
@@ -151,11 +160,13 @@ def _greedy(pp: int, m: int, limit: int, t_f: float, t_b: float, t_w: float, t_c
     return out
 
 
-def rank_span(s: Schedule, t_f: float, t_b: float, t_w: float, t_comm: float = 0.0) -> float:
+def rank_span(s: Schedule, t_f: float | Sequence[float], t_b: float | Sequence[float], t_w: float | Sequence[float],
+              t_comm: float = 0.0) -> float:
     """The longest span of one rank, first action's start to last action's end, under the
-    schedule-level model with these action times (`timed_execution`)."""
-    d = {"F": t_f, "B": t_b, "W": t_w, "BW": t_b + t_w}
-    start, end = timed_execution(s, lambda r, a: d[a.kind], t_comm)
+    schedule-level model with these action times (`timed_execution`; one value or one per rank)."""
+    f, b, w = _per_rank(s.pp, t_f), _per_rank(s.pp, t_b), _per_rank(s.pp, t_w)
+    d = {"F": f, "B": b, "W": w, "BW": tuple(x + y for x, y in zip(b, w))}
+    start, end = timed_execution(s, lambda r, a: d[a.kind][r], t_comm)
     span = 0.0
     for r in range(s.pp):
         keys = [(r, a) for a in s.actions[r]]
@@ -163,8 +174,8 @@ def rank_span(s: Schedule, t_f: float, t_b: float, t_w: float, t_comm: float = 0
     return span
 
 
-def zb_auto(pp: int, m: int, limit: int, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0,
-            t_comm: float = 0.0, name: str = "zb_auto") -> Schedule:
+def zb_auto(pp: int, m: int, limit: int, t_f: float | Sequence[float] = 1.0, t_b: float | Sequence[float] = 1.0,
+            t_w: float | Sequence[float] = 1.0, t_comm: float = 0.0, name: str = "zb_auto") -> Schedule:
     """The searched schedule for these times and a limit of `limit` microbatches' activations per
     rank: every combination of the heuristic's two choices, the shortest rank span kept (ties: the
     first, so the result is deterministic)."""
@@ -178,13 +189,45 @@ def zb_auto(pp: int, m: int, limit: int, t_f: float = 1.0, t_b: float = 1.0, t_w
     return best
 
 
+def _build(pp: int, m: int, limit: int, times: tuple | None, name: str) -> Schedule:
+    if times is None:
+        return zb_auto(pp, m, limit, name=name)
+    t_f, t_b, t_w = times
+    return zb_auto(pp, m, limit, t_f, t_b, t_w, name=name)
+
+
+def stage_times(work: Sequence[StageWork], costs: ComputeCostModel) -> tuple:
+    """Per model stage, the compute seconds of one microbatch's F, B (with its recompute) and W:
+    the sum of the stage's compute segments under the cost model (a ring-attention segment once
+    per round). Communication inside a stage is left out (it overlaps or is short next to
+    compute), and so is the pipeline transfer: what the heuristic schedules by."""
+    def secs(items: tuple) -> float:
+        t = 0.0
+        for it in items:
+            if isinstance(it, Ring):
+                t += it.steps * sequence_time(costs, it.segment)
+            elif not isinstance(it, Comm):
+                t += sequence_time(costs, it)
+        return t
+
+    f, b, w = [], [], []
+    for st in work:
+        lps = [lp for lp in (st.pre, *st.layers, st.post) if lp is not None]
+        f.append(sum(secs(lp.forward) for lp in lps))
+        b.append(sum(secs(lp.recompute) + secs(lp.backward_input) for lp in lps))
+        w.append(sum(secs(lp.backward_weight) for lp in lps))
+    return tuple(f), tuple(b), tuple(w)
+
+
 @register("zb_1p", "Qi et al., 'Zero Bubble Pipeline Parallelism' (ICLR'24) §3.2: heuristic search under pp microbatches' "
-          "activations (1F1B's memory), T_F = T_B = T_W, free communication", post_validation=True)
-def zb_1p(pp: int, m: int, vpp: int = 1) -> Schedule:
-    return zb_auto(pp, m, pp, name="zb_1p")
+          "activations (1F1B's memory) over the stages' F / B / W times (T_F = T_B = T_W where none are given)",
+          post_validation=True, timed=True)
+def zb_1p(pp: int, m: int, vpp: int = 1, times: tuple | None = None) -> Schedule:
+    return _build(pp, m, pp, times, "zb_1p")
 
 
 @register("zb_2p", "Qi et al., 'Zero Bubble Pipeline Parallelism' (ICLR'24) §3.2: heuristic search under 2·pp microbatches' "
-          "activations, T_F = T_B = T_W, free communication", post_validation=True)
-def zb_2p(pp: int, m: int, vpp: int = 1) -> Schedule:
-    return zb_auto(pp, m, 2 * pp, name="zb_2p")
+          "activations over the stages' F / B / W times (T_F = T_B = T_W where none are given)",
+          post_validation=True, timed=True)
+def zb_2p(pp: int, m: int, vpp: int = 1, times: tuple | None = None) -> Schedule:
+    return _build(pp, m, 2 * pp, times, "zb_2p")
