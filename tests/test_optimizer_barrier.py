@@ -132,3 +132,15 @@ def test_post_validation_is_the_zero_bubble_default_and_removes_the_barrier(tmp_
     # a user can turn it on for 1F1B too; it then saves the same all-reduce at least
     forced = simulate(*_zb(tmp_path, plain_topology, schedule="1f1b", post=True, name="forced.yaml"))
     assert forced.result.step_time_s <= plain.result.step_time_s - d + 1e-12
+
+
+def test_post_validation_step_is_the_same_fused_unfused_and_per_rank(tmp_path, plain_topology):
+    """Folding collectives and merging compute chains keep the timeline (lowering.py), and one
+    program per class gives what every rank on its own gives: so the post-validation step, the
+    longest rank span without the validation all-reduce, is the same all three ways (pp 2 x dp 2
+    and zero_stage 1, where merging renumbers the ops)."""
+    p = small_scenario(tmp_path, plain_topology, parallel={"tp": 1, "pp": 2, "dp": 2, "zero_stage": 1, "schedule": "zb_h2"})
+    sc, topo = load_scenario(p)
+    fused = simulate(sc, topo).result.step_time_s
+    assert simulate(sc, topo, fuse=False).result.step_time_s == pytest.approx(fused, rel=1e-12)
+    assert simulate(sc, topo, every_rank=True).result.step_time_s == pytest.approx(fused, rel=1e-12)

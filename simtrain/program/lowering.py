@@ -90,7 +90,7 @@ class Lowering:
         self.pairs: list = []        # (first compute op of each chain) of overlapped pairs
         self._items_cache: dict = {}
         self.post_validation = post_validation(sc)   # the optimizer does not wait for the grad-norm all-reduce
-        self.validation_ops: set = set()             # ids of the post-step validation all-reduces
+        self.validation_ops: list = []               # the post-step validation all-reduces (EOps)
 
     def _new(self, c: RankClass, **kw) -> EOp:
         op = EOp(id=len(self.ops), cls=c.id, **kw)

@@ -16,6 +16,7 @@ gradient-norm all-reduce and the optimizer op to the step's op list and returns 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from simtrain.hardware.devices import get_device
@@ -54,7 +55,7 @@ def post_validation(sc: Scenario) -> bool:
     return bool(d is not None and not p.schedule_csv and d.post_validation)
 
 
-def steady_step_time(ops: list[EOp], start: list, end: list, skip: set[int]) -> float:
+def steady_step_time(ops: list[EOp], start: list, end: list, skip: Sequence[EOp]) -> float:
     """The step time when no rendezvous joins the ranks at the step boundary: every rank class
     starts its next step when its own last op ends, so steps follow each other at the longest
     span (last end minus first start) of one class; ops in `skip` (the post-step validation
@@ -63,8 +64,9 @@ def steady_step_time(ops: list[EOp], start: list, end: list, skip: set[int]) -> 
     by up to that stagger: the 'parallelogram' of Qi et al. §4."""
     first: dict = {}
     last: dict = {}
+    skipped = {op.id for op in skip}
     for op in ops:
-        if op.id in skip or end[op.id] is None:
+        if op.id in skipped or end[op.id] is None:
             continue
         c = op.cls
         first[c] = min(first.get(c, start[op.id]), start[op.id])
@@ -124,7 +126,7 @@ def optimizer_step(prog: ClassLowering, grads: GradientTraffic, deps: list[int],
     norm = grad_norm_barrier(prog, deps)
     if low.post_validation:
         # the all-reduce validates the step after it (and overlaps the next step): nothing waits for it
-        low.validation_ops.update(norm)
+        low.validation_ops += [low.ops[i] for i in norm]      # the ops: merging renumbers ids
     else:
         deps = norm
     local = dense / (dpcp if zero >= 1 else 1) + expert / (edp if zero >= 1 else 1)
