@@ -38,7 +38,7 @@ class PhaseCosts:
         return 0.0
 
 
-def run(tmp_path, topo, schedule, m, pp=4, layers=8, uf=1e-3, ub=1e-3, uw=1e-3, **par):
+def run(tmp_path, topo, schedule, m, pp=4, layers=8, uf=1e-3, ub=1e-3, uw=1e-3, post=None, **par):
     parallel = {"schedule": schedule, "pp": pp}
     parallel.update(par)
     path = small_scenario(tmp_path, topo, parallel=parallel, training={"global_batch_size": m})
@@ -46,6 +46,8 @@ def run(tmp_path, topo, schedule, m, pp=4, layers=8, uf=1e-3, ub=1e-3, uw=1e-3, 
     d = yaml.safe_load(path.read_text())
     d["model"]["num_layers"] = layers
     d["cluster"]["nodes"] = max(1, pp // 4)
+    if post is not None:
+        d["training"]["optimizer_post_validation"] = post
     if pp < 4:
         d["parallel"]["dp"] = 4 // pp
         d["training"]["global_batch_size"] = m * (4 // pp)
@@ -170,16 +172,19 @@ def test_zb_h1_bubble(tmp_path, fast_topology, tf, tb, tw):
 def test_zb_h2_and_zb_v_have_no_bubble_inside_each_rank(tmp_path, fast_topology, schedule, chunks, m):
     """ZB-H2 and ZB-V (Qi et al. ICLR'24 §3.1, §6): with T_F = T_B = T_W and m >= 2p - 1 every
     rank runs without a gap from its first to its last operation (the paper's zero bubble). The
-    staggered start remains: the last rank cannot begin before the first forward reaches it,
-    (p-1) chunk forwards, and the synchronous optimizer step waits for it, so the step is
-    (p-1)·T_F(chunk) + chunks·m·3·T(chunk). (The paper removes that stagger too with its
-    post-validation optimizer step, §4, which simtrain does not model.)"""
+    last rank cannot begin before the first forward reaches it, (p-1) chunk forwards after the
+    first. With a synchronous optimizer step (post-validation off) every rank waits for the last,
+    so the step is (p-1)·T_F(chunk) + chunks·m·3·T(chunk); with the paper's post-validation (§4,
+    these schedules' default) each rank starts its next step when its own ends and the stagger
+    goes: the step is chunks·m·3·T(chunk), the parallelogram."""
     p, L = 4, 8
     chunk = L / p / chunks * 1e-3
     _, r = run(tmp_path, fast_topology, schedule, m)
     for c in r.classes:
         assert own_span_idle(r, c.id) == pytest.approx(0.0, abs=1e-9 * r.result.step_time_s)
-    assert r.result.step_time_s == pytest.approx((p - 1) * chunk + chunks * m * 3 * chunk, rel=1e-9)
+    assert r.result.step_time_s == pytest.approx(chunks * m * 3 * chunk, rel=1e-9)
+    _, sync = run(tmp_path, fast_topology, schedule, m, post=False)
+    assert sync.result.step_time_s == pytest.approx((p - 1) * chunk + chunks * m * 3 * chunk, rel=1e-9)
 
 
 @pytest.mark.parametrize("schedule", ["zb_h2", "zb_v"])
