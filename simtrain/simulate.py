@@ -34,6 +34,7 @@ from simtrain.plan.grid import RankClass, RankGrid, equivalence_classes, placeme
 from simtrain.plan.heterogeneity import DeviceFactors, device_factors
 from simtrain.program.ir import EOp
 from simtrain.program.lowering import Lowering
+from simtrain.program.optimizer import steady_step_time
 from simtrain.results.attribution import KINDS, attribute
 from simtrain.results.critical_path import critical_path
 from simtrain.results.memory import (  # noqa: F401 (re-exported)
@@ -60,7 +61,8 @@ from simtrain.results.step import (
     StepResult,
     Stragglers,
 )
-from simtrain.schedules import forward_pass, schedule_for
+from simtrain.schedules import SCHEDULES, forward_pass, schedule_for
+from simtrain.schedules.zb_auto import stage_times
 from simtrain.spec.scenario import Scenario
 from simtrain.workload.build import build_workload
 from simtrain.workload.flops import hardware_flops_per_step, model_flops_per_step
@@ -205,7 +207,12 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
     p = sc.parallel
     dev = device_of(sc.cluster)
     m = sc.num_microbatches
-    sched = schedule_for(p, m)
+    d = SCHEDULES.get(p.schedule)
+    times = None
+    if d is not None and d.timed and not p.schedule_csv:
+        # a searched schedule is built over the stages' profiled F / B / W times
+        times = stage_times(build_workload(sc, d.num_stages(p.pp, p.vpp)), costs or CalibratedRoofline(dev, sc.training.precision))
+    sched = schedule_for(p, m, times)
     if sc.training.forward_only:
         sched = forward_pass(sched)      # the configured schedule's forwards, in its order
     work = build_workload(sc, sched.num_stages)
@@ -251,6 +258,9 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
                    class_costs=class_costs, link_factor=link_factor, network=network)
     ops = low.lower()
     tl = engine.run(ops, [c.id for c in classes])
+    if low.post_validation:
+        # no barrier at the step boundary: steps follow each other at the longest rank span
+        tl.step_time = steady_step_time(ops, tl.start, tl.end, low.validation_ops)
     attr = attribute(ops, tl, classes)
     step = tl.step_time
 

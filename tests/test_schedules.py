@@ -38,7 +38,7 @@ class PhaseCosts:
         return 0.0
 
 
-def run(tmp_path, topo, schedule, m, pp=4, layers=8, uf=1e-3, ub=1e-3, uw=1e-3, **par):
+def run(tmp_path, topo, schedule, m, pp=4, layers=8, uf=1e-3, ub=1e-3, uw=1e-3, post=None, **par):
     parallel = {"schedule": schedule, "pp": pp}
     parallel.update(par)
     path = small_scenario(tmp_path, topo, parallel=parallel, training={"global_batch_size": m})
@@ -46,6 +46,8 @@ def run(tmp_path, topo, schedule, m, pp=4, layers=8, uf=1e-3, ub=1e-3, uw=1e-3, 
     d = yaml.safe_load(path.read_text())
     d["model"]["num_layers"] = layers
     d["cluster"]["nodes"] = max(1, pp // 4)
+    if post is not None:
+        d["training"]["optimizer_post_validation"] = post
     if pp < 4:
         d["parallel"]["dp"] = 4 // pp
         d["training"]["global_batch_size"] = m * (4 // pp)
@@ -170,16 +172,19 @@ def test_zb_h1_bubble(tmp_path, fast_topology, tf, tb, tw):
 def test_zb_h2_and_zb_v_have_no_bubble_inside_each_rank(tmp_path, fast_topology, schedule, chunks, m):
     """ZB-H2 and ZB-V (Qi et al. ICLR'24 §3.1, §6): with T_F = T_B = T_W and m >= 2p - 1 every
     rank runs without a gap from its first to its last operation (the paper's zero bubble). The
-    staggered start remains: the last rank cannot begin before the first forward reaches it,
-    (p-1) chunk forwards, and the synchronous optimizer step waits for it, so the step is
-    (p-1)·T_F(chunk) + chunks·m·3·T(chunk). (The paper removes that stagger too with its
-    post-validation optimizer step, §4, which simtrain does not model.)"""
+    last rank cannot begin before the first forward reaches it, (p-1) chunk forwards after the
+    first. With a synchronous optimizer step (post-validation off) every rank waits for the last,
+    so the step is (p-1)·T_F(chunk) + chunks·m·3·T(chunk); with the paper's post-validation (§4,
+    these schedules' default) each rank starts its next step when its own ends and the stagger
+    goes: the step is chunks·m·3·T(chunk), the parallelogram."""
     p, L = 4, 8
     chunk = L / p / chunks * 1e-3
     _, r = run(tmp_path, fast_topology, schedule, m)
     for c in r.classes:
         assert own_span_idle(r, c.id) == pytest.approx(0.0, abs=1e-9 * r.result.step_time_s)
-    assert r.result.step_time_s == pytest.approx((p - 1) * chunk + chunks * m * 3 * chunk, rel=1e-9)
+    assert r.result.step_time_s == pytest.approx(chunks * m * 3 * chunk, rel=1e-9)
+    _, sync = run(tmp_path, fast_topology, schedule, m, post=False)
+    assert sync.result.step_time_s == pytest.approx((p - 1) * chunk + chunks * m * 3 * chunk, rel=1e-9)
 
 
 @pytest.mark.parametrize("schedule", ["zb_h2", "zb_v"])
@@ -362,3 +367,39 @@ def test_first_and_last_counts_may_cover_every_stage(tmp_path, fast_topology):
                           training={"global_batch_size": 8})
     sc, topo = load_scenario(path)
     assert [s.layers for s in simulate(sc, topo).result.stages] == [8]
+
+
+def _megatron_interleaved_rows(p, v, m):
+    """Megatron-LM's interleaved order, re-derived from its description
+    (megatron/core/pipeline_parallel/schedules.py: get_schedule_table, get_pp_rank_microbatches,
+    forward_backward_pipelining_with_interleaving; default microbatch_group_size_per_vp_stage = pp):
+    virtual microbatch k runs table[k] = (microbatch, chunk), the table listing for each group of
+    pp microbatches every chunk in turn over the group; a rank runs (p - r - 1)·2 + (v - 1)·p
+    warm-up forwards (at most m·v), then forward k + warm-up and backward k in turn, then the
+    remaining backwards; a backward runs chunk v - 1 - table[k].chunk."""
+    g = p
+    table = [(mb, c) for lo in range(0, m, g) for c in range(v) for mb in range(lo, min(lo + g, m))]
+    rows = []
+    for r in range(p):
+        warm = min((p - r - 1) * 2 + (v - 1) * g, m * v)
+        fw = [("F", *table[k]) for k in range(m * v)]
+        bw = [("BW", table[k][0], v - 1 - table[k][1]) for k in range(m * v)]
+        row = fw[:warm]
+        for k in range(m * v - warm):
+            row += [fw[warm + k], bw[k]]
+        row += bw[m * v - warm:]
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("p,v,m", [(2, 2, 4), (4, 2, 8), (4, 3, 8), (2, 3, 6), (4, 2, 4)])
+def test_interleaved_order_is_megatrons(p, v, m):
+    """The interleaved builder runs Megatron-LM's order: the same warm-up count, microbatch groups
+    of pp per chunk and chunk reversal in the backward (by hand for p 2, v 2, m 4, rank 1: warm-up
+    (2-1-1)·2 + 1·2 = 2 forwards 0F0 0F1, then 1F0 1B0 1F1 1B1 0F2 0B0 0F3 0B1 1F2 1B2 1F3 1B3,
+    then 0B2 0B3)."""
+    s = build_schedule("interleaved_1f1b", p, m, v)
+    got = [[(a.kind, a.microbatch, a.chunk) for a in row] for row in s.actions]
+    assert got == _megatron_interleaved_rows(p, v, m)
+    if (p, v, m) == (2, 2, 4):
+        assert " ".join(str(a) for a in s.actions[1]) == "0F0 0F1 1F0 1BW0 1F1 1BW1 0F2 0BW0 0F3 0BW1 1F2 1BW2 1F3 1BW3 0BW2 0BW3"

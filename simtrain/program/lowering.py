@@ -54,7 +54,7 @@ from simtrain.plan.grid import RankClass, group_shape
 from simtrain.program.gradients import GradientTraffic
 from simtrain.program.ir import EOp
 from simtrain.program.merge import merge_chains, merge_pair
-from simtrain.program.optimizer import GRAD_NORM_BYTES, optimizer_step
+from simtrain.program.optimizer import GRAD_NORM_BYTES, optimizer_step, post_validation
 from simtrain.program.pipeline import PipelineTraffic
 from simtrain.schedules import Action, Schedule
 from simtrain.spec.scenario import Scenario
@@ -89,6 +89,8 @@ class Lowering:
         self._seg_cache: dict = {}
         self.pairs: list = []        # (first compute op of each chain) of overlapped pairs
         self._items_cache: dict = {}
+        self.post_validation = post_validation(sc)   # the optimizer does not wait for the grad-norm all-reduce
+        self.validation_ops: list = []               # the post-step validation all-reduces (EOps)
 
     def _new(self, c: RankClass, **kw) -> EOp:
         op = EOp(id=len(self.ops), cls=c.id, **kw)

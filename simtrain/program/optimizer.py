@@ -1,20 +1,32 @@
 """The end of one rank class's program: DualPipe's gradient exchange between the two ranks that
 hold the same stages, the global gradient-norm all-reduce, and the optimizer step.
 
+With optimizer post-validation (`training.optimizer_post_validation`; Qi et al., "Zero Bubble
+Pipeline Parallelism", ICLR'24 §4) the optimizer steps optimistically: it does not wait for the
+gradient-norm / NaN all-reduce, which still runs and validates the step afterwards (a failed
+check rolls the step back and redoes it; clipping and overflow are rare in stable training, so
+the rollback is not timed). Nothing then holds the ranks together at the step boundary: each
+pipeline rank starts its next step when its own step ends, and the steady-state step time is the
+longest span of one rank class from its first op to its last (`steady_step_time`), not the span
+of the whole step from a common start.
+
 Takes the class's schedule walk (`lowering.ClassLowering`), the op ids the step waits for (its
 gradient reductions) and the class's dense and expert parameter counts; adds the exchange, the
 gradient-norm all-reduce and the optimizer op to the step's op list and returns the optimizer op.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from simtrain.hardware.devices import get_device
 from simtrain.program.ir import EOp
+from simtrain.schedules import SCHEDULES
 
 if TYPE_CHECKING:
     from simtrain.program.gradients import GradientTraffic
     from simtrain.program.lowering import ClassLowering
+    from simtrain.spec.scenario import Scenario
 
 OPT_BYTES_PER_PARAM = 34.0
 """Adam step with fp32 master weights, memory-bound: read grad, master, m, v (4 x 4 B), write
@@ -26,6 +38,40 @@ GRAD_NORM_BYTES = 4.0
 """Bytes of the gradient-norm all-reduce: one fp32 value, the sum of squares of the local
 gradients (Megatron-LM megatron/core/optimizer/clip_grads.py, get_grad_norm_fp32:
 `total_norm` all-reduced with ReduceOp.SUM)."""
+
+
+def post_validation(sc: Scenario) -> bool:
+    """Whether the step validates the optimizer afterwards instead of waiting for the global
+    all-reduce before it: `training.optimizer_post_validation`, or where the scenario leaves it
+    out the schedule's default (on for the zero-bubble schedules, as the zero-bubble reference
+    implementation runs them; off for a schedule read from CSV). A forward-only pass has no
+    optimizer step."""
+    t, p = sc.training, sc.parallel
+    if t.forward_only:
+        return False
+    if t.optimizer_post_validation is not None:
+        return t.optimizer_post_validation
+    d = SCHEDULES.get(p.schedule)
+    return bool(d is not None and not p.schedule_csv and d.post_validation)
+
+
+def steady_step_time(ops: list[EOp], start: list, end: list, skip: Sequence[EOp]) -> float:
+    """The step time when no rendezvous joins the ranks at the step boundary: every rank class
+    starts its next step when its own last op ends, so steps follow each other at the longest
+    span (last end minus first start) of one class; ops in `skip` (the post-step validation
+    all-reduce, which overlaps the next step) are left out. With 1F1B-like schedules the last
+    rank starts (p-1) forward hops after the first, so this is shorter than the whole step's span
+    by up to that stagger: the 'parallelogram' of Qi et al. §4."""
+    first: dict = {}
+    last: dict = {}
+    skipped = {op.id for op in skip}
+    for op in ops:
+        if op.id in skipped or end[op.id] is None:
+            continue
+        c = op.cls
+        first[c] = min(first.get(c, start[op.id]), start[op.id])
+        last[c] = max(last.get(c, end[op.id]), end[op.id])
+    return max((last[c] - first[c] for c in last), default=0.0)
 
 
 def grad_norm_barrier(prog: ClassLowering, deps: list[int]) -> list[int]:
@@ -70,12 +116,19 @@ def twin_exchange(prog: ClassLowering, deps: list[int], shard: float) -> list[in
 def optimizer_step(prog: ClassLowering, grads: GradientTraffic, deps: list[int], dense: float, expert: float) -> EOp:
     """The optimizer step over the class's local parameters (sharded over dp x cp for dense and
     over the expert-data-parallel group for expert weights under ZeRO >= 1), after `deps`, under
-    DualPipe the twin exchange, and the global gradient-norm all-reduce (`grad_norm_barrier`)."""
+    DualPipe the twin exchange, and the global gradient-norm all-reduce (`grad_norm_barrier`),
+    which under post-validation it does not wait for."""
     low, c, p = prog.low, prog.c, prog.p
     dpcp, edp, zero = p.dp * p.cp, prog.sc.expert_dp, grads.zero
     shard = (dense / (dpcp if zero >= 1 and grads.dp_on else 1)
              + expert / (edp if zero >= 1 and grads.edp_on else 1))
-    deps = grad_norm_barrier(prog, twin_exchange(prog, deps, shard))
+    deps = twin_exchange(prog, deps, shard)
+    norm = grad_norm_barrier(prog, deps)
+    if low.post_validation:
+        # the all-reduce validates the step after it (and overlaps the next step): nothing waits for it
+        low.validation_ops += [low.ops[i] for i in norm]      # the ops: merging renumbers ids
+    else:
+        deps = norm
     local = dense / (dpcp if zero >= 1 else 1) + expert / (edp if zero >= 1 else 1)
     t = prog.sc.training
     if t.optimizer_offload == "cpu":

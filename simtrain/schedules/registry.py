@@ -118,16 +118,18 @@ class ScheduleDef:
     num_stages: Callable    # (pp, vpp) -> number of model stages
     check: Callable         # (pp, m, vpp) -> list of (key path, problem, fix); empty when fine
     default_vpp: int = 0    # 0: the schedule takes no vpp; else the chunks per rank when vpp is not given
+    post_validation: bool = False   # training.optimizer_post_validation when the scenario leaves it out
+    timed: bool = False     # the builder takes times=(T_F, T_B, T_W per stage) from the workload
 
 
 SCHEDULES: dict = {}
 
 
 def register(name: str, source: str, num_stages: Callable | None = None, check: Callable | None = None,
-             default_vpp: int = 0) -> Callable:
+             default_vpp: int = 0, post_validation: bool = False, timed: bool = False) -> Callable:
     def deco(fn):
         SCHEDULES[name] = ScheduleDef(name, source, fn, num_stages or (lambda pp, vpp: pp),
-                                      check or (lambda pp, m, vpp: []), default_vpp)
+                                      check or (lambda pp, m, vpp: []), default_vpp, post_validation, timed)
         return fn
     return deco
 

@@ -53,21 +53,23 @@ def _zb_h(pp: int, m: int, r: int, warm: int, pairs: int, pair: tuple) -> list:
     return out
 
 
-@register("zb_h1", "Qi et al., 'Zero Bubble Pipeline Parallelism' (ICLR'24) §3.1, ZB-H1: 1F1B's memory, W deferred by the rank's warm-up depth")
+@register("zb_h1", "Qi et al., 'Zero Bubble Pipeline Parallelism' (ICLR'24) §3.1, ZB-H1: 1F1B's memory, W deferred by the rank's warm-up depth",
+          post_validation=True)
 def zb_h1(pp: int, m: int, vpp: int = 1) -> Schedule:
     """Rank r: p-1-r forwards, r (F, B) pairs, then (F, B, W) groups, (B, W) pairs and the last W's.
     Worked example (p 2, m 3), rank 0: F0 F1 B0 W0 F2 B1 W1 B2 W2; rank 1: F0 B0 F1 B1 W0 F2 B2 W1 W2."""
     return make("zb_h1", pp, m, [_zb_h(pp, m, r, pp - 1 - r, r, ("F", "B")) for r in range(pp)])
 
 
-@register("zb_h2", "Qi et al., 'Zero Bubble Pipeline Parallelism' (ICLR'24) §3.1, ZB-H2: 2p-1-2r warm-up forwards fill the start, W's the end")
+@register("zb_h2", "Qi et al., 'Zero Bubble Pipeline Parallelism' (ICLR'24) §3.1, ZB-H2: 2p-1-2r warm-up forwards fill the start, W's the end",
+          post_validation=True)
 def zb_h2(pp: int, m: int, vpp: int = 1) -> Schedule:
     """Rank r: 2p-1-2r forwards, 2r (B, F) pairs, then (B, W, F) groups, (B, W) pairs, last W's."""
     return make("zb_h2", pp, m, [_zb_h(pp, m, r, 2 * pp - 1 - 2 * r, 2 * r, ("B", "F")) for r in range(pp)])
 
 
 @register("zb_v", "Qi et al., 'Zero Bubble Pipeline Parallelism' (ICLR'24) §6, ZB-V: two chunks per rank in a V (rank r holds stages r and 2p-1-r)",
-          num_stages=lambda pp, vpp: 2 * pp)
+          num_stages=lambda pp, vpp: 2 * pp, post_validation=True)
 def zb_v(pp: int, m: int, vpp: int = 1) -> Schedule:
     """Rank r with n = max(2p-1, m) microbatch slots (slots >= m are left out):
     2(p-r)-1 F on chunk 0; r (F1, F0) pairs; p-r (F1, B1, W1) groups; while chunk 1 lags chunk 0

@@ -191,6 +191,12 @@ class TrainingSpec:
         "bool", "keep the MLP and expert activation function's input (fc1 output) in FP8 for the backward, "
         "1 byte per value (DeepSeek-V3 caches its SwiGLU inputs in FP8)", default=False)
     flash_attention: bool = spec_field("bool", "fused attention (needed for cp > 1)", default=True)
+    # Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR'24) §4: step optimistically, validate after
+    optimizer_post_validation: Optional[bool] = spec_field(
+        "bool", "the optimizer steps without waiting for the global gradient-norm / NaN all-reduce, which "
+        "validates the step afterwards (rollback on failure); each pipeline rank starts its next step when its own "
+        "step ends. Absent: the schedule's default (on for the zero-bubble schedules, off otherwise)",
+        default=None, optional=True, derived="the schedule's default")
     forward_only: bool = spec_field(
         "bool", "simulate a forward pass over the batch only (no backward, gradient reduction or optimizer step; "
         "weights-only memory): the old_log_prob / ref / values passes of RL", default=False)
