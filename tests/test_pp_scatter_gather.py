@@ -23,7 +23,10 @@ def scenario(tmp_path, topo, **par):
                      "vocab_size": 1024, "seq_length": S},
            "training": {"micro_batch_size": 1, "global_batch_size": 1, "precision": "bf16"},
            "parallel": parallel,
-           "cluster": {"device": "a100-sxm4-80gb", "topology": str(topo), "nodes": 2}}
+           "cluster": {"device": "a100-sxm4-80gb", "topology": str(topo), "nodes": 2},
+           # the derivations below price the gather as a ring at full link bandwidth: pin NCCL to
+           # Ring/Simple, as a user pins NCCL_ALGO/NCCL_PROTO (NCCL's own pick at these 64 KiB sizes is a low-latency protocol)
+           "network": {"nccl_algo": "Ring", "nccl_proto": "Simple"}}
     p = tmp_path / f"sg-{len(list(tmp_path.iterdir()))}.yaml"
     p.write_text(yaml.safe_dump(doc))
     return load_scenario(p)
