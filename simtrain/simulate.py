@@ -250,7 +250,7 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
     low = Lowering(sc, topo, work, classes, sched, costs, place, work_of, fuse=fuse,
                    class_costs=class_costs, link_factor=link_factor, network=network)
     ops = low.lower()
-    tl = engine.run(ops, [c.id for c in classes])
+    tl = engine.run(ops, [c.id for c in classes], dev.slowdown_table())
     attr = attribute(ops, tl, classes)
     step = tl.step_time
 
