@@ -9,7 +9,7 @@ import yaml
 
 from simtrain.engine.core import run
 from simtrain.errors import ConfigError
-from simtrain.hardware.devices import load_profile, slowdown
+from simtrain.hardware.devices import find_profile, load_profile, slowdown
 from simtrain.program.ir import EOp
 
 MS = 1e-3
@@ -93,3 +93,15 @@ def test_profile_table_rejects(tmp_path: Path, row: dict, key: str):
         load_profile(path)
     text = str(e.value)
     assert path in text and key in text
+
+
+def test_shipped_tables():
+    """Shipped values (sources in the profiles): Lee et al. 2025's 18.9 % average compute slowdown
+    gives s = 1 - 1/1.189 = 0.159 for any collective; the A100 GEMM under AllGather of the NCCL
+    issue's profile (1.18 ms alone, 2.08 ms overlapped) gives 1 - 1.18/2.08 = 0.433."""
+
+    h100 = load_profile(str(find_profile("h100-public", None))).slowdown_table()
+    assert slowdown(h100, "gemm", "all_reduce") == pytest.approx(1 - 1 / 1.189, abs=5e-4)
+    a100 = load_profile(str(find_profile("a100-megatron-deepspeed", None))).slowdown_table()
+    assert slowdown(a100, "gemm", "all_gather") == pytest.approx(1 - 1.18 / 2.08, abs=5e-4)
+    assert slowdown(a100, "gemm", "reduce_scatter") == pytest.approx(0.159)
