@@ -105,3 +105,55 @@ def test_shipped_tables():
     a100 = load_profile(str(find_profile("a100-megatron-deepspeed", None))).slowdown_table()
     assert slowdown(a100, "gemm", "all_gather") == pytest.approx(1 - 1.18 / 2.08, abs=5e-4)
     assert slowdown(a100, "gemm", "reduce_scatter") == pytest.approx(0.159)
+
+
+def test_bench_refuses_without_cuda():
+    """The measurement needs CUDA streams running side by side: on the CPU it is refused with a
+    fix, before anything is timed."""
+    from types import SimpleNamespace
+
+    from simtrain.calibration.bench import run_interference
+    with pytest.raises(ConfigError) as e:
+        run_interference(SimpleNamespace(kind="cpu"), "bf16", 1, 1)
+    assert "--interference" in str(e.value) and "CUDA" in str(e.value)
+
+
+def _bench_file(tmp_path: Path, rows: list) -> str:
+    p = tmp_path / "bench.yaml"
+    p.write_text(yaml.safe_dump({"schema": "simtrain-calibration/1", "provenance": {"device": "NVIDIA H100 80GB HBM3", "backend": "cuda"},
+                                 "interference": rows}))
+    return str(p)
+
+
+def _row(op: str, coll: str, alone: float, over: float) -> dict:
+    return {"op": op, "collective": coll, "m": 8192, "n": 8192, "k": 8192, "bytes": 2 ** 26, "ranks": 2, "dtype": "bf16",
+            "alone_s": alone, "median_s": over, "p10_s": over, "p90_s": over, "reps": 20}
+
+
+def test_calibrate_reads_interference(tmp_path: Path):
+    """Hand values: GEMM alone 10 ms, 12.5 ms under all_reduce: s = 1 - 10/12.5 = 0.2; two rows
+    (s 0.2 and 0.0) have the median 0.1; the copy proxy's row (8 -> 10 ms, s 0.2) becomes the
+    op's `any` entry; an overlapped run faster than alone (noise) is kept at 0. The profile loads."""
+    from simtrain.calibration.fit import build_profile
+    f = _bench_file(tmp_path, [_row("gemm", "all_reduce", 0.010, 0.0125), _row("gemm", "all_gather", 0.010, 0.0125),
+                               _row("gemm", "all_gather", 0.010, 0.010), _row("memory", "copy", 0.008, 0.010),
+                               _row("gemm", "copy", 0.010, 0.009)])
+    prof = build_profile([f], "h100-test", "h100-sxm5-80gb", "test")
+    got = {(r["op"], r["collective"]): r["s"] for r in prof["interference"]}
+    assert got == {("gemm", "all_reduce"): 0.2, ("gemm", "all_gather"): 0.1, ("memory", "any"): 0.2, ("gemm", "any"): 0.0}
+    assert all(r["source"].startswith("measured: bench.yaml") for r in prof["interference"])
+    out = tmp_path / "p.yaml"
+    out.write_text(yaml.safe_dump(prof, sort_keys=False))
+    assert load_profile(str(out)).slowdown_table()[("gemm", "all_reduce")] == 0.2
+
+
+def test_calibrate_rejects_bad_interference_row(tmp_path: Path):
+    """A row without the op's time alone, or with an unknown collective, is named at its key."""
+    from simtrain.calibration.fit import build_profile
+    bad = _row("gemm", "bcast", 0.01, 0.02)
+    del bad["alone_s"]
+    f = _bench_file(tmp_path, [bad])
+    with pytest.raises(ConfigError) as e:
+        build_profile([f], "x", "h100-sxm5-80gb", "test")
+    text = str(e.value)
+    assert "interference[0].collective" in text and "interference[0].alone_s" in text
