@@ -380,7 +380,7 @@ def run_interference(acc: Accelerator, dtype: str, warmup: int, reps: int, tiny:
             acc.api.set_device(int(os.environ.get("LOCAL_RANK", 0)))
             dist.init_process_group("nccl")
         rank, n = dist.get_rank(), dist.get_world_size()
-    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    dev = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if dist is not None else acc.device
     m, nn, k = (1024, 1024, 1024) if tiny else INTERFERENCE_GEMM
     elems = 2 ** 22 if tiny else INTERFERENCE_ELEMENTS
     a, b = torch.randn(m, k, device=dev, dtype=dt), torch.randn(k, nn, device=dev, dtype=dt)
