@@ -300,9 +300,10 @@ PROFILE = Section({
         "source": Key("str", doc="where it was measured (required with per_operator)"),
     })),
     "interference": Key("any", None, "compute slowdown while a collective runs on the same device", many=True, section=Section({
-        "op": Key("str", doc="compute op class: gemm, attention or memory"),
-        "collective": Key("str", doc="all_reduce, all_gather, reduce_scatter, all_to_all, send_recv, or any"),
-        "s": Key("any", doc="rate loss in [0, 1): the op runs at (1 - s) of its speed while the collective runs"),
+        "op": Key("str", doc="compute op class", choices=lambda: INTERFERENCE_OPS),
+        "collective": Key("str", doc="collective kind, or `any` for the others", choices=lambda: INTERFERENCE_COLLECTIVES),
+        "s": Key("float", doc="rate loss in [0, 1): the op runs at (1 - s) of its speed while the collective runs",
+                 minimum=0.0, maximum=1.0),
         "source": Key("str", doc="where the number comes from (measured, or assumed/borrowed and from what)"),
     }, open=True)),
 }, doc="a device profile written by simtrain calibrate", open=True)
