@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import simpy
 
 from simtrain.errors import DeadlockError
+from simtrain.hardware.devices import slowdown
 from simtrain.program.ir import EOp, stream_sequences
 
 
@@ -179,28 +180,30 @@ class Interference:
         self.table = table
         self.colls: dict = {}      # class -> {collective kind: running count}
         self.running: dict = {}    # class -> {op id: [remaining s, rate, since, done event, op class, gen]}
-        self._s: dict = {}
+        self.rates: dict = {}      # class -> {op class: rate under the kinds running now} (cleared on a change)
+        self._kind: dict = {}      # label -> collective kind
+        self._s: dict = {}         # (op class, frozenset of kinds) -> s
 
-    def s(self, opc: str, kinds: dict) -> float:
-        best = 0.0
-        for k in kinds:
-            key = (opc, k)
-            v = self._s.get(key)
-            if v is None:
-                v = self.table.get(key)
-                if v is None:
-                    v = self.table.get((opc, "any"), 0.0)
-                self._s[key] = v
-            if v > best:
-                best = v
-        return best
+    def rate(self, c: int, opc: str) -> float:
+        rates = self.rates.setdefault(c, {})
+        r = rates.get(opc)
+        if r is None:
+            kinds = self.colls.get(c)
+            if not kinds:
+                r = 1.0
+            else:
+                key = (opc, frozenset(kinds))
+                s = self._s.get(key)
+                if s is None:
+                    s = self._s[key] = max(slowdown(self.table, opc, k) for k in kinds)
+                r = 1.0 - s
+            rates[opc] = r
+        return r
 
     def compute(self, op: EOp) -> simpy.Event:
         ev = self.env.event()
-        kinds = self.colls.get(op.cls)
         opc = op_class(op)
-        rate = 1.0 - self.s(opc, kinds) if kinds else 1.0
-        rec = [op.duration, rate, self.env.now, ev, opc, 0]
+        rec = [op.duration, self.rate(op.cls, opc), self.env.now, ev, opc, 0]
         self.running.setdefault(op.cls, {})[op.id] = rec
         self._arm(op.cls, op.id, rec)
         return ev
@@ -217,21 +220,29 @@ class Interference:
         rec[3].succeed()
 
     def comm(self, op: EOp, delta: int) -> None:
-        """A communication op of class op.cls starts (delta 1) or ends (delta -1)."""
+        """A communication op of class op.cls starts (delta 1) or ends (delta -1). Rates change
+        only when a kind starts running or stops (not when a second one of a kind joins)."""
         c = op.cls
-        kinds = self.colls.setdefault(c, {})
-        k = collective_kind(op)
+        k = self._kind.get(op.label)
+        if k is None:
+            k = self._kind[op.label] = collective_kind(op)
+        kinds = self.colls.get(c)
+        if kinds is None:
+            kinds = self.colls[c] = {}
         n = kinds.get(k, 0) + delta
         if n:
             kinds[k] = n
+            if n != 1 or delta < 0:
+                return              # the set of running kinds is the same
         else:
             del kinds[k]
+        self.rates.pop(c, None)
         run = self.running.get(c)
         if not run:
             return
         now = self.env.now
         for i, rec in run.items():
-            rate = 1.0 - self.s(rec[4], kinds) if kinds else 1.0
+            rate = self.rate(c, rec[4])
             if rate == rec[1]:
                 continue
             rec[0] = max(rec[0] - rec[1] * (now - rec[2]), 0.0)
