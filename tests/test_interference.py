@@ -157,3 +157,16 @@ def test_calibrate_rejects_bad_interference_row(tmp_path: Path):
         build_profile([f], "x", "h100-sxm5-80gb", "test")
     text = str(e.value)
     assert "interference[0].collective" in text and "interference[0].alone_s" in text
+
+
+def test_op_starting_under_or_ending_inside_a_collective():
+    """A 10 ms GEMM and a 4 ms all-reduce both from 0, s = 0.5: 4 x 0.5 = 2 ms done by 4 ms,
+    8 ms left at full rate: 12 ms. A 2 ms GEMM inside a 10 ms all-reduce, s = 0.2: all of it at
+    0.8: 2 / 0.8 = 2.5 ms."""
+    ops = [EOp(0, 0, "compute", "compute", "F", 10 * MS, "gemm"),
+           EOp(1, 0, "dp", "coll", "dp", 4 * MS, "all_reduce:g")]
+    assert run(ops, [0], {("gemm", "all_reduce"): 0.5}).end[0] == pytest.approx(12 * MS, rel=1e-12)
+    ops = [EOp(0, 0, "compute", "compute", "F", 2 * MS, "gemm"),
+           EOp(1, 0, "dp", "coll", "dp", 10 * MS, "all_reduce:g")]
+    tl = run(ops, [0], {("gemm", "all_reduce"): 0.2})
+    assert tl.end[0] == pytest.approx(2.5 * MS, rel=1e-12) and tl.end[1] == pytest.approx(10 * MS, rel=1e-12)

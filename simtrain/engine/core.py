@@ -179,7 +179,7 @@ class Interference:
         self.env = env
         self.table = table
         self.colls: dict = {}      # class -> {collective kind: running count}
-        self.running: dict = {}    # class -> {op id: [remaining s, rate, since, done event, op class, gen]}
+        self.running: dict = {}    # class -> {op id: record (see compute)}
         self.rates: dict = {}      # class -> {op class: rate under the kinds running now} (cleared on a change)
         self._kind: dict = {}      # label -> collective kind
         self._s: dict = {}         # (op class, frozenset of kinds) -> s
@@ -200,24 +200,31 @@ class Interference:
             rates[opc] = r
         return r
 
-    def compute(self, op: EOp) -> simpy.Event:
-        ev = self.env.event()
+    def compute(self, op: EOp) -> list:
+        """Starts a compute op; returns its record, whose [3] is the timeout of its current end
+        (the process waits on it in `wait`)."""
         opc = op_class(op)
-        rec = [op.duration, self.rate(op.cls, opc), self.env.now, ev, opc, 0]
+        rate = self.rate(op.cls, opc)
+        end = op.duration / rate
+        # remaining s, rate, since, end timeout, op class, end time waited on, end time, process
+        rec = [op.duration, rate, self.env.now, self.env.timeout(end), opc, 0.0, self.env.now + end, self.env.active_process]
         self.running.setdefault(op.cls, {})[op.id] = rec
-        self._arm(op.cls, op.id, rec)
-        return ev
+        return rec
 
-    def _arm(self, c, i, rec):
-        rec[5] += 1
-        g = rec[5]
-        self.env.timeout(rec[0] / rec[1]).callbacks.append(lambda _ev: self._end(c, i, rec, g))
-
-    def _end(self, c, i, rec, g):
-        if rec[5] != g:
-            return                  # re-armed since: a rate change moved its end
-        del self.running[c][i]
-        rec[3].succeed()
+    def wait(self, op: EOp, rec: list) -> Generator[simpy.Event, None, None]:
+        """Waits (a generator for `yield from`) until the op's work is done. A slower rate moves
+        its end later: the process wakes at the old end and waits on the new one. A faster rate
+        moves it earlier: `comm` interrupts the wait."""
+        while True:
+            ev = rec[3]
+            rec[5] = rec[6]
+            try:
+                yield ev
+            except simpy.Interrupt:
+                continue
+            if rec[3] is ev:
+                break
+        del self.running[op.cls][op.id]
 
     def comm(self, op: EOp, delta: int) -> None:
         """A communication op of class op.cls starts (delta 1) or ends (delta -1). Rates change
@@ -247,7 +254,10 @@ class Interference:
                 continue
             rec[0] = max(rec[0] - rec[1] * (now - rec[2]), 0.0)
             rec[1], rec[2] = rate, now
-            self._arm(c, i, rec)
+            dt = rec[0] / rate
+            rec[3], rec[6] = self.env.timeout(dt), now + dt
+            if rec[6] < rec[5]:
+                rec[7].interrupt()   # its end came earlier than the one it waits for
 
 
 def ready(env: simpy.Environment, op: EOp, done: list[simpy.Event], rdv: dict,
@@ -328,7 +338,7 @@ def run(ops: list[EOp], class_ids: list[int], interference: dict | None = None) 
             if op.load and op.duration > 0:
                 yield net.start(op)
             elif slow is not None and op.kind == "compute" and op.duration > 0:
-                yield slow.compute(op)
+                yield from slow.wait(op, slow.compute(op))
             elif op.duration > 0:
                 yield env.timeout(op.duration)
             if comm:
