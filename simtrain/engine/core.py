@@ -168,8 +168,9 @@ class Interference:
     pair, else the op's `any`, else 0). While collectives of one or more kinds run on class c,
     each running compute op of c progresses at rate 1 - s, with s the largest over the running
     kinds (they share the same SMs and HBM; the largest is taken rather than a sum, which could
-    pass 1). Every start or end of a collective on c advances the remaining work of c's running
-    compute ops at their old rate, sets the new rate and re-arms their end timers.
+    pass 1). When the set of kinds running on c changes, the remaining work of c's running
+    compute ops is advanced at the old rate, the new rate set and a new end timer armed; the
+    op's process waits on the newest timer (`wait`).
     Worked example (the test's): a 10 ms GEMM from 0, a 4 ms collective from 2 ms, s = 0.2: 2 ms
     of work by 2 ms, 4 x 0.8 = 3.2 ms more by 6 ms, the remaining 4.8 ms at full rate: ends at
     10.8 ms.
