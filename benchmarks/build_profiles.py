@@ -35,6 +35,34 @@ PROFILES = {
     "h200-public": ("h200-sxm-141gb", ["nccl_azure_ndh200v5_allreduce"]),
     "gb200-public": ("gb200-186gb", ["nccl_azure_ndgb200v6_allreduce"]),
 }
+# Compute slowdown while a collective runs on the same GPU (devices.PROFILE `interference`):
+# s = 1 - (time alone / time overlapped), from published kernel timings, never from step times.
+_LEE = ("Lee et al., 'Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning', "
+        "arXiv 2507.03114 (2025): compute kernels of GPT and LLaMA training on 4 A100 / H100 / MI250 / MI210 slow by "
+        "18.9 % on average (max 40 %) while overlapped with communication; s = 1 - 1/1.189 = 0.159")
+_NCCL1428 = ("NVIDIA/nccl GitHub issue 1428 (2024-09), Nsight Systems profile of GPT training on A100-SXM4-80GB, kernels "
+             "overlapped with an NCCL AllGather vs not: ")
+_A100_AG = [("gemm", 1.18, 2.08, "GEMM 1.18 ms alone, 2.08 ms overlapped"),
+            ("attention", 0.18, 0.33, "attention 0.18 ms alone, 0.33 ms overlapped"),
+            ("memory", 0.02, 0.05, "elementwise 0.02 ms alone, 0.05 ms overlapped")]
+
+
+def interference(device: str) -> list:
+    """The shipped table: the all-kernel average of Lee et al. for every op class and collective
+    (`any`); on A100 also the one public per-class measurement, under AllGather."""
+    rows = []
+    if device == "a100":
+        rows += [{"op": op, "collective": "all_gather", "s": round(1 - alone / over, 3),
+                  "source": f"measured: {_NCCL1428}{what}; s = 1 - {alone}/{over} (a single profile, no repeat count given)"}
+                 for op, alone, over, what in _A100_AG]
+    how = {"a100": "measured (cross-device average, A100 among the devices)", "h100": "measured (cross-device average, "
+           "H100 among the devices)", "h200": "borrowed from H100 (same compute die, more HBM bandwidth): cross-device average"}[device]
+    rows += [{"op": op, "collective": "any", "s": 0.159, "source": f"{how}: {_LEE}"
+              + ("" if op == "gemm" else f"; applied to {op} ops as well (the average covers all kernels)")}
+             for op in ("gemm", "attention", "memory")]
+    return rows
+
+
 UNCALIBRATED = {"mlu370-x8-spec": "mlu370-x8", "mlu590-spec": "mlu590"}
 
 
@@ -73,6 +101,7 @@ def main() -> int:
                           "operator once the host has issued it, so the cost hides behind longer kernels: simtrain.cost.roofline."
                           "host_queue), set to the value that minimises the MAPE over the 1,440 vTrain single-node runs "
                           "(benchmarks/fit_op_overhead.py); the multi-node runs are not used"}
+        doc["interference"] = interference(base.split("-")[0])
         (OUT / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
         print(f"wrote {OUT / (name + '.yaml')}")
     for name, base in UNCALIBRATED.items():

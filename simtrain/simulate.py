@@ -257,7 +257,7 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
     low = Lowering(sc, topo, work, classes, sched, costs, place, work_of, fuse=fuse,
                    class_costs=class_costs, link_factor=link_factor, network=network)
     ops = low.lower()
-    tl = engine.run(ops, [c.id for c in classes])
+    tl = engine.run(ops, [c.id for c in classes], dev.slowdown_table())
     if low.post_validation:
         # no barrier at the step boundary: steps follow each other at the longest rank span
         tl.step_time = steady_step_time(ops, tl.start, tl.end, low.validation_ops)

@@ -17,6 +17,11 @@ What it measures:
   collectives (launched with torchrun, one process per device) all_reduce, all_gather,
               reduce_scatter, all_to_all and send/recv over message sizes, printed as
               nccl-tests-style rows
+  interference (`--interference`, CUDA only) a GEMM and a memory-bound add timed alone and
+              while an all_reduce / all_gather runs on another stream (torchrun, 2+ GPUs), or,
+              on one GPU, while a memory-bound copy runs on another stream (a proxy, recorded as
+              collective `copy`); `simtrain calibrate` turns the rows into the profile's
+              `interference` table (s = 1 - alone / overlapped)
 
 Calibration file (YAML, `schema: simtrain-calibration/1`):
   provenance: device, backend, torch / CUDA / driver / torch_mlu versions, host, date (UTC),
@@ -25,6 +30,8 @@ Calibration file (YAML, `schema: simtrain-calibration/1`):
   attention:   [{batch, heads, seq, head_dim, causal, dtype, median_s, p10_s, p90_s, reps}]
   memory:      [{op, elements, bytes, dtype, median_s, p10_s, p90_s, reps}]
   collectives: [{collective, ranks, nodes, bytes, dtype, median_s, p10_s, p90_s, reps, algbw, busbw}]
+  interference: [{op, collective, m, n, k, elements, bytes, ranks, dtype, alone_s, median_s, p10_s,
+              p90_s, reps, s}]  (median_s and the percentiles: the op's time overlapped)
 Torch is needed only here (`pip install simtrain[bench]`), never to simulate.
 """
 from __future__ import annotations
@@ -41,6 +48,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
+from typing import Any
 
 import yaml
 
@@ -342,6 +350,97 @@ def _time_collective(acc: Accelerator, dist, fn, warmup: int, reps: int) -> dict
     return summarize(worst.tolist())
 
 
+# ---------------------------------------------------------------------------------------------
+# interference: compute alone vs with communication on another stream
+
+INTERFERENCE_GEMM = (8192, 8192, 8192)
+INTERFERENCE_ELEMENTS = 2 ** 27
+INTERFERENCE_BYTES = (2 ** 26, 2 ** 28)
+
+
+def run_interference(acc: Accelerator, dtype: str, warmup: int, reps: int, tiny: bool = False,
+                     printer: Callable[..., None] = print) -> list[dict]:
+    """Every rank runs this; rank 0 returns the rows. Per op (a GEMM, a memory-bound add) and
+    per communication (all_reduce and all_gather of each size over every rank under torchrun;
+    on one process, a device-to-device copy of that size, the proxy): the op's time alone, then
+    with the communication issued first on a side stream, repeated back to back so that it
+    outlasts the op (k launches for k x its own time >= 2 x the op's), each repetition after a
+    barrier. s = 1 - alone / overlapped. Needs CUDA: on another backend the streams do not run
+    kernels side by side the way a GPU does."""
+    if acc.kind != "cuda":
+        raise ConfigError([Problem("simtrain bench", "--interference", f"needs a CUDA GPU (this backend: {acc.kind})",
+                                   "run it on an NVIDIA GPU; on two or more, under torchrun, for a real collective")])
+    torch = acc.torch
+    dt = getattr(torch, DTYPES[dtype])
+    dist = None
+    rank, n = 0, 1
+    if all(k in os.environ for k in TORCHRUN_ENV) and int(os.environ["WORLD_SIZE"]) > 1:
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            acc.api.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+            dist.init_process_group("nccl")
+        rank, n = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if dist is not None else acc.device
+    m, nn, k = (1024, 1024, 1024) if tiny else INTERFERENCE_GEMM
+    elems = 2 ** 22 if tiny else INTERFERENCE_ELEMENTS
+    a, b = torch.randn(m, k, device=dev, dtype=dt), torch.randn(k, nn, device=dev, dtype=dt)
+    x, y = torch.randn(elems, device=dev, dtype=dt), torch.randn(elems, device=dev, dtype=dt)
+    esize = a.element_size()
+    ops = {"gemm": (lambda: torch.matmul(a, b), {"m": m, "n": nn, "k": k}),
+           "memory": (lambda: torch.add(x, y), {"elements": elems})}
+    side = acc.api.Stream()
+    barrier = dist.barrier if dist is not None else acc.sync
+    rows = []
+    for nbytes in ((2 ** 22,) if tiny else INTERFERENCE_BYTES):
+        count = max(n, nbytes // esize // n * n)
+        full, out = torch.ones(count, device=dev, dtype=dt), torch.empty(count, device=dev, dtype=dt)
+        part = torch.ones(count // n, device=dev, dtype=dt)
+        if dist is not None:
+            comms = {"all_reduce": lambda: dist.all_reduce(full), "all_gather": lambda: dist.all_gather_into_tensor(out, part)}
+        else:
+            comms = {"copy": lambda: out.copy_(full)}
+        for coll, launch in comms.items():
+            t_comm = statistics.median(acc.time(launch, warmup, max(3, reps // 4), before=barrier))
+            for op, (fn, shape) in ops.items():
+                alone = summarize(acc.time(fn, warmup, reps, before=barrier))
+                times = _overlapped(acc, fn, launch, side, t_comm, alone["median_s"], warmup, reps, barrier)
+                r = summarize(times)
+                row = {"op": op, "collective": coll, **shape, "bytes": count * esize, "ranks": n, "dtype": dtype,
+                       "alone_s": alone["median_s"], **r, "s": round(1.0 - alone["median_s"] / r["median_s"], 4)}
+                rows.append(row)
+                if rank == 0:
+                    printer(f"# interference {op:>6} under {coll:>10} {count * esize:>12} B: alone {alone['median_s'] * 1e6:9.1f} us, "
+                            f"overlapped {r['median_s'] * 1e6:9.1f} us, s {row['s']:.3f}")
+        del full, out, part
+    if dist is not None:
+        dist.barrier()
+    return rows if rank == 0 else []
+
+
+def _overlapped(acc: Accelerator, fn: Callable[[], object], launch: Callable[[], object], side: Any, t_comm: float,
+                t_op: float, warmup: int, reps: int, barrier: Callable[[], object]) -> list[float]:
+    """The op's times with `launch` issued first, back to back on `side`, so that it runs for at
+    least twice the op's time."""
+    api = acc.api
+    times_k = max(1, min(256, int(2.0 * t_op / max(t_comm, 1e-9)) + 1))
+
+    def one() -> float:
+        with api.stream(side):
+            for _ in range(times_k):
+                launch()
+        t = acc.once(fn)
+        api.synchronize()
+        return t
+
+    for _ in range(warmup):
+        one()
+    out = []
+    for _ in range(reps):
+        barrier()
+        out.append(one())
+    return out
+
+
 def sizes_between(lo: int, hi: int, factor: int = 2) -> list:
     out, s = [], lo
     while s <= hi:
@@ -363,6 +462,9 @@ def check_args(args: argparse.Namespace) -> None:
     if args.min_bytes < 1 or args.max_bytes < args.min_bytes:
         probs.append(Problem("--min-bytes", "", f"need 1 <= --min-bytes <= --max-bytes, got {args.min_bytes} and {args.max_bytes}",
                              "give e.g. --min-bytes 1048576 --max-bytes 1073741824"))
+    if getattr(args, "interference", False) and args.collectives:
+        probs.append(Problem("--interference", "", "measures compute under communication; --collectives measures communication alone",
+                             "give one of them per run"))
     if args.collectives and not all(k in os.environ for k in TORCHRUN_ENV):
         probs.append(Problem("--collectives", "", "needs one process per device, started by torchrun (RANK, WORLD_SIZE and "
                              "LOCAL_RANK are not set)", "run torchrun --nproc_per_node N -m simtrain bench --collectives -o FILE"))
@@ -382,7 +484,12 @@ def main(args: argparse.Namespace) -> int:
     acc = Accelerator(torch, None if args.device == "auto" else args.device)
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
     doc = {"schema": SCHEMA, "provenance": provenance(acc, args.dtype, getattr(args, "command_line", "simtrain bench"))}
-    if args.collectives:
+    if getattr(args, "interference", False):
+        rows = run_interference(acc, args.dtype, args.warmup, args.reps, args.tiny)
+        if not rows:
+            return 0                      # not rank 0: rank 0 writes the file
+        doc["interference"] = rows
+    elif args.collectives:
         sizes = sizes_between(args.min_bytes, args.max_bytes)
         rows = run_collectives(acc, args.dtype, sizes, args.warmup, args.reps)
         if not rows:

@@ -16,6 +16,9 @@ Output: a profile YAML (`schema: simtrain-profile/1`) that a scenario uses with
   collectives           per (collective, ranks, nodes): measured (bytes -> bus bandwidth) points
                         and the alpha/beta of t = alpha + bytes x factor / busbw_peak fitted to them
                         (least squares on the sizes from 1 MiB up)
+  interference          per (op class, collective): s = 1 - alone / overlapped, the median over
+                        the bench's `interference` rows (`simtrain bench --interference`); a
+                        single-GPU copy proxy gives the `any` entry
 
 Only operator- and collective-level measurements go in; nothing is fitted to end-to-end step
 times.
@@ -49,7 +52,14 @@ from simtrain.calibration.checks import (
 )
 from simtrain.calibration.nccl_tests import bus_factor
 from simtrain.errors import Collector, ConfigError, Problem
-from simtrain.hardware.devices import Device, get_device, load_profile, preset_names
+from simtrain.hardware.devices import (
+    INTERFERENCE_COLLECTIVES,
+    INTERFERENCE_OPS,
+    Device,
+    get_device,
+    load_profile,
+    preset_names,
+)
 from simtrain.results.io import check_out_file, write_atomic
 from simtrain.spec.files import short
 
@@ -105,7 +115,10 @@ RECORD = {
     "memory": {"op": ("text",), "elements": ("whole", 1, MAX_BYTES), "bytes": ("whole", 1, MAX_BYTES), "dtype": ("text",)},
     "collectives": {"collective": ("text",), "ranks": ("whole", 2, 2**20), "nodes": ("whole", 1, 2**20),
                     "bytes": ("whole", 1, MAX_BYTES)},
+    # median_s: the op's time with the collective (or the copy proxy) running on another stream
+    "interference": {"op": ("text",), "collective": ("text",), "bytes": ("whole", 1, MAX_BYTES)},
 }
+INTERFERENCE_PROXY = "copy"     # bench's single-GPU stand-in: a memory-bound copy on a second stream
 OPTIONAL = {"causal", "dtype", "op", "elements", "nodes"}
 
 
@@ -152,9 +165,47 @@ def _bench_records(doc: Any, c: Checker, base: Device) -> dict:
             if kind == "collectives" and ok and rec.get("nodes", 1) > rec["ranks"]:
                 c.add(f"{p}.nodes", f"{rec['nodes']} nodes for {rec['ranks']} ranks", "give at most one node per rank")
                 ok = False
+            if kind == "interference" and ok:
+                ok = _interference_record(r, rec, p, c)
             if ok:
                 got[kind].append(dict(r, **rec))
     return got
+
+
+def _interference_record(r: dict, rec: dict, p: str, c: Checker) -> bool:
+    """An interference row: a known op class and collective (or the copy proxy), and the op's
+    time alone (`alone_s`) next to its time overlapped (`median_s`)."""
+    ok = True
+    if rec.get("op") not in INTERFERENCE_OPS:
+        c.add(f"{p}.op", f"unknown op class {short(rec.get('op'), 40)}", f"use one of: {', '.join(INTERFERENCE_OPS)}")
+        ok = False
+    kinds = [k for k in INTERFERENCE_COLLECTIVES if k != "any"] + [INTERFERENCE_PROXY]
+    if rec.get("collective") not in kinds:
+        c.add(f"{p}.collective", f"unknown collective {short(rec.get('collective'), 40)}", f"use one of: {', '.join(kinds)}")
+        ok = False
+    if "alone_s" not in r:
+        c.add(f"{p}.alone_s", "missing")
+        return False
+    return c.seconds(r["alone_s"], f"{p}.alone_s") is not None and ok
+
+
+def interference_table(rows: list) -> list:
+    """Profile `interference` entries from bench rows: per (op class, collective) the median of
+    s = 1 - alone / overlapped, kept in [0, 0.95] (a faster overlapped run is noise: 0). Rows of
+    the copy proxy give the op's `any` entry. Example: alone 10 ms, overlapped 12.5 ms: s 0.2."""
+    by: dict = {}
+    for r in rows:
+        coll = "any" if r["collective"] == INTERFERENCE_PROXY else r["collective"]
+        by.setdefault((r["op"], coll), []).append(r)
+    out = []
+    for (op, coll), rs in sorted(by.items()):
+        s = statistics.median(1.0 - x["alone_s"] / x["median_s"] for x in rs)
+        what = ("a memory-bound copy on a second stream (single-GPU proxy for a collective)" if coll == "any"
+                else f"{coll} on another stream")
+        out.append({"op": op, "collective": coll, "s": round(min(max(s, 0.0), 0.95), 4),
+                    "source": f"{_sources(rs)} (simtrain bench --interference: {op} alone vs with {what}, "
+                              f"median of {len(rs)} row(s))"})
+    return out
 
 
 def collect(files: list, base: str | None = None) -> dict:
@@ -163,7 +214,7 @@ def collect(files: list, base: str | None = None) -> dict:
     device than the base preset."""
     errs = Collector("simtrain calibrate")
     dev = get_device(base) if base else None
-    got: dict = {"gemm": [], "attention": [], "memory": [], "collectives": [], "provenance": [], "warnings": []}
+    got: dict = {"gemm": [], "attention": [], "memory": [], "collectives": [], "interference": [], "provenance": [], "warnings": []}
 
     def mismatch(f: Path, backend: str, names: list) -> None:
         why = device_mismatch(backend, names, dev) if dev is not None else None
@@ -367,6 +418,8 @@ def build_profile(files: list, device: str, base: str, command: str, warnings: l
                 "source": _sources([r for r in got["collectives"] if r["collective"] == c and r["ranks"] == n]),
                 "alpha_us": round(alpha * 1e6, 4), "peak_busbw_GBps": round(peak / 1e9, 4) if peak != float("inf") else None,
                 "points": [{"bytes": b, "time_us": round(t * 1e6, 4), "busbw_GBps": round(b * f / t / 1e9, 4)} for b, t in pts]})
+    if got["interference"]:
+        prof["interference"] = interference_table(got["interference"])
     if len(prof) == 4:
         errs.add("FILES", "no measurements found in the inputs", "give files written by simtrain bench, nccl-tests logs or profiler traces")
         errs.raise_if_any()
@@ -425,7 +478,7 @@ def main(args: argparse.Namespace) -> int:
     for w in warnings:
         print(w, file=sys.stderr)
     write_atomic(args.out, text)
-    kinds = [k for k in ("gemm", "memory_bound", "flash_attention", "collectives") if k in prof]
+    kinds = [k for k in ("gemm", "memory_bound", "flash_attention", "collectives", "interference") if k in prof]
     print(f"wrote {args.out}: {', '.join(kinds)} (base preset {args.base})", file=sys.stderr)
     return 0
 

@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
     b.add_argument("--collectives", action="store_true",
                    help="measure collectives instead; start one process per device: torchrun --nproc_per_node N -m simtrain bench --collectives -o F")
+    b.add_argument("--interference", action="store_true",
+                   help="time a GEMM and a memory-bound op alone and with communication on another stream (CUDA; torchrun for a real collective)")
     b.add_argument("--min-bytes", type=int, default=2 ** 20)
     b.add_argument("--max-bytes", type=int, default=2 ** 30)
     b.add_argument("--warmup", type=int, default=5)

@@ -11,6 +11,11 @@ the op it waits on and what it waits for.
 Ops that carry a network `load` (the flow backend gives one to every collective and pipeline
 send that uses the scale-out fabric) do not simply wait out their duration: they share the
 links with every other such op running at the same time (`FluidNetwork`).
+
+With an interference table (a device profile's `interference`), a compute op runs slower while
+a collective or pipeline transfer of its own class (the same device's communication streams) is
+running: its remaining work progresses at (1 - s) of its rate over exactly the overlapped
+interval and speeds back up when the collective ends (`Interference`).
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 import simpy
 
 from simtrain.errors import DeadlockError
+from simtrain.hardware.devices import slowdown
 from simtrain.program.ir import EOp, stream_sequences
 
 
@@ -139,6 +145,122 @@ class FluidNetwork:
         self._schedule()
 
 
+def op_class(op: EOp) -> str:
+    """The interference class of a compute op: the optimizer step is memory-bound; forward and
+    backward segments (fused operators between two communication points) are counted as GEMMs,
+    which carry most of their time."""
+    return "memory" if op.category == "opt" else "gemm"
+
+
+def collective_kind(op: EOp) -> str:
+    """The collective of a communication op (its label reads `collective:name`); a pipeline
+    transfer is `send_recv`."""
+    if op.kind == "send":
+        return "send_recv"
+    head = op.label.split(":", 1)[0]
+    return "send_recv" if head in ("send_recv", "sendrecv") else head
+
+
+class Interference:
+    """Compute slowed by concurrent communication on the same device, exact and piecewise.
+
+    `table` maps (op class, collective) to s (`simtrain.hardware.devices.slowdown` rules: the
+    pair, else the op's `any`, else 0). While collectives of one or more kinds run on class c,
+    each running compute op of c progresses at rate 1 - s, with s the largest over the running
+    kinds (they share the same SMs and HBM; the largest is taken rather than a sum, which could
+    pass 1). When the set of kinds running on c changes, the remaining work of c's running
+    compute ops is advanced at the old rate, the new rate set and a new end timer armed; the
+    op's process waits on the newest timer (`wait`).
+    Worked example (the test's): a 10 ms GEMM from 0, a 4 ms collective from 2 ms, s = 0.2: 2 ms
+    of work by 2 ms, 4 x 0.8 = 3.2 ms more by 6 ms, the remaining 4.8 ms at full rate: ends at
+    10.8 ms.
+    """
+
+    def __init__(self, env: simpy.Environment, table: dict):
+        self.env = env
+        self.table = table
+        self.colls: dict = {}      # class -> {collective kind: running count}
+        self.running: dict = {}    # class -> {op id: record (see compute)}
+        self.rates: dict = {}      # class -> {op class: rate under the kinds running now} (cleared on a change)
+        self._kind: dict = {}      # label -> collective kind
+        self._s: dict = {}         # (op class, frozenset of kinds) -> s
+
+    def rate(self, c: int, opc: str) -> float:
+        rates = self.rates.setdefault(c, {})
+        r = rates.get(opc)
+        if r is None:
+            kinds = self.colls.get(c)
+            if not kinds:
+                r = 1.0
+            else:
+                key = (opc, frozenset(kinds))
+                s = self._s.get(key)
+                if s is None:
+                    s = self._s[key] = max(slowdown(self.table, opc, k) for k in kinds)
+                r = 1.0 - s
+            rates[opc] = r
+        return r
+
+    def compute(self, op: EOp) -> list:
+        """Starts a compute op; returns its record, whose [3] is the timeout of its current end
+        (the process waits on it in `wait`)."""
+        opc = op_class(op)
+        rate = self.rate(op.cls, opc)
+        end = op.duration / rate
+        # remaining s, rate, since, end timeout, op class, end time waited on, end time, process
+        rec = [op.duration, rate, self.env.now, self.env.timeout(end), opc, 0.0, self.env.now + end, self.env.active_process]
+        self.running.setdefault(op.cls, {})[op.id] = rec
+        return rec
+
+    def wait(self, op: EOp, rec: list) -> Generator[simpy.Event, None, None]:
+        """Waits (a generator for `yield from`) until the op's work is done. A slower rate moves
+        its end later: the process wakes at the old end and waits on the new one. A faster rate
+        moves it earlier: `comm` interrupts the wait."""
+        while True:
+            ev = rec[3]
+            rec[5] = rec[6]
+            try:
+                yield ev
+            except simpy.Interrupt:
+                continue
+            if rec[3] is ev:
+                break
+        del self.running[op.cls][op.id]
+
+    def comm(self, op: EOp, delta: int) -> None:
+        """A communication op of class op.cls starts (delta 1) or ends (delta -1). Rates change
+        only when a kind starts running or stops (not when a second one of a kind joins)."""
+        c = op.cls
+        k = self._kind.get(op.label)
+        if k is None:
+            k = self._kind[op.label] = collective_kind(op)
+        kinds = self.colls.get(c)
+        if kinds is None:
+            kinds = self.colls[c] = {}
+        n = kinds.get(k, 0) + delta
+        if n:
+            kinds[k] = n
+            if n != 1 or delta < 0:
+                return              # the set of running kinds is the same
+        else:
+            del kinds[k]
+        self.rates.pop(c, None)
+        run = self.running.get(c)
+        if not run:
+            return
+        now = self.env.now
+        for i, rec in run.items():
+            rate = self.rate(c, rec[4])
+            if rate == rec[1]:
+                continue
+            rec[0] = max(rec[0] - rec[1] * (now - rec[2]), 0.0)
+            rec[1], rec[2] = rate, now
+            dt = rec[0] / rate
+            rec[3], rec[6] = self.env.timeout(dt), now + dt
+            if rec[6] < rec[5]:
+                rec[7].interrupt()   # its end came earlier than the one it waits for
+
+
 def ready(env: simpy.Environment, op: EOp, done: list[simpy.Event], rdv: dict,
           on_wait: Callable[[int | None], None]) -> Generator[simpy.Event, None, None]:
     """Waits (a generator for `yield from`) until the op may start: its dependencies are done and,
@@ -173,7 +295,9 @@ class Timeline:
     waits: int = 0        # SimPy events the streams waited on (dependencies, rendezvous, durations)
 
 
-def run(ops: list[EOp], class_ids: list[int]) -> Timeline:
+def run(ops: list[EOp], class_ids: list[int], interference: dict | None = None) -> Timeline:
+    """Runs the programs. `interference`: {(op class, collective): s} (a device profile's
+    `interference` table, `Device.slowdown_table`); none or empty: compute never slows."""
     env = simpy.Environment()
     n = len(ops)
     done = [env.event() for _ in range(n)]
@@ -187,6 +311,7 @@ def run(ops: list[EOp], class_ids: list[int]) -> Timeline:
     streams = stream_sequences(ops)
     waiting = {}
     net = FluidNetwork(env)
+    slow = Interference(env, interference) if interference and any(interference.values()) else None
 
     waits = [0]
 
@@ -208,10 +333,17 @@ def run(ops: list[EOp], class_ids: list[int]) -> Timeline:
             if op.inflight > 0:
                 infl_cur[c] += op.inflight
                 infl_peak[c] = max(infl_peak[c], infl_cur[c])
+            comm = slow is not None and op.kind != "compute" and op.duration > 0
+            if comm:
+                slow.comm(op, 1)
             if op.load and op.duration > 0:
                 yield net.start(op)
+            elif slow is not None and op.kind == "compute" and op.duration > 0:
+                yield from slow.wait(op, slow.compute(op))
             elif op.duration > 0:
                 yield env.timeout(op.duration)
+            if comm:
+                slow.comm(op, -1)
             end[op.id] = env.now
             if op.free:
                 mem_cur[c] -= op.free

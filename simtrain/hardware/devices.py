@@ -171,6 +171,11 @@ class Device:
     profile_status: str = ""       # "uncalibrated" for a profile that holds specifications only
     host_bandwidth: float = 0.0    # bytes/s per direction to host memory (PCIe / NVLink-C2C), for CPU offload
     host_bandwidth_source: str = ""  # "measured: ...", "nominal: ..." or "assumed: ..." with its source
+    interference: tuple = ()       # ((op class, collective, s, source), ...): compute slowdown under a collective
+
+    def slowdown_table(self) -> dict:
+        """{(op class, collective): s} of the profile's `interference` table (see `slowdown`)."""
+        return {(op, coll): s for op, coll, s, _ in self.interference}
 
     def peak(self, dtype: str) -> float:
         return self.peak_flop_per_s[dtype]
@@ -294,7 +299,52 @@ PROFILE = Section({
         "per_operator": Key("time", doc="e.g. \"45 us\""),
         "source": Key("str", doc="where it was measured (required with per_operator)"),
     })),
+    "interference": Key("any", None, "compute slowdown while a collective runs on the same device", many=True, section=Section({
+        "op": Key("str", doc="compute op class", choices=lambda: INTERFERENCE_OPS),
+        "collective": Key("str", doc="collective kind, or `any` for the others", choices=lambda: INTERFERENCE_COLLECTIVES),
+        "s": Key("float", doc="rate loss in [0, 1): the op runs at (1 - s) of its speed while the collective runs",
+                 minimum=0.0, maximum=1.0),
+        "source": Key("str", doc="where the number comes from (measured, or assumed/borrowed and from what)"),
+    }, open=True)),
 }, doc="a device profile written by simtrain calibrate", open=True)
+
+INTERFERENCE_OPS = ("gemm", "attention", "memory")
+INTERFERENCE_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "any")
+
+
+def slowdown(table: dict, op: str, collective: str) -> float:
+    """s for a compute op class under one collective kind: the (op, collective) entry, else the
+    op's `any` entry, else 0 (no slowdown)."""
+    s = table.get((op, collective))
+    return table.get((op, "any"), 0.0) if s is None else s
+
+
+def _interference(doc: dict, errs: Collector) -> tuple:
+    """The profile's `interference` rows, each s checked to lie in [0, 1) with a source."""
+    out, seen = [], set()
+    for i, row in enumerate(doc.get("interference") or []):
+        s = row.get("s")
+        where = f"interference[{i}]"
+        bad = [(k, v, ok) for k, ok in (("op", INTERFERENCE_OPS), ("collective", INTERFERENCE_COLLECTIVES))
+               if (v := row.get(k)) not in ok]
+        for k, v, ok in bad:
+            errs.add(f"{where}.{k}", f"unknown {k} {v!r}", f"use one of: {', '.join(ok)}")
+        if bad:
+            continue
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0.0 <= float(s) < 1.0:
+            errs.add(f"{where}.s", f"{s!r} is not a slowdown in [0, 1)",
+                     "give the fraction of the op's rate lost while the collective runs, e.g. 0.15 (0: no slowdown)")
+            continue
+        if not str(row.get("source", "")).strip():
+            errs.add(f"{where}.source", "empty", "say where the number comes from, or that it is assumed and from what")
+            continue
+        key = (row["op"], row["collective"])
+        if key in seen:
+            errs.add(where, f"a second entry for op {key[0]} under {key[1]}", "keep one entry per (op, collective)")
+            continue
+        seen.add(key)
+        out.append((row["op"], row["collective"], float(s), str(row["source"])))
+    return tuple(out)
 
 
 ESIZE = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
@@ -349,6 +399,7 @@ def load_profile(path: str) -> Device:
     if fa and fa.get("points"):
         peak16 = base.peak_flop_per_s.get("bf16", base.peak_flop_per_s.get("fp16"))
         flash = Curve(tuple(sorted((float(p["seq"]), p["tflops"] * 1e12 / peak16) for p in fa["points"])), key, str(fa.get("source", "")))
+    interference = _interference(doc, errs)
     ov = doc.get("op_overhead") or {}
     overhead = parse_time(ov["per_operator"]) if ov else 0.0
     if ov and not ov["source"].strip():
@@ -358,7 +409,7 @@ def load_profile(path: str) -> Device:
         base, key=key, base=base.key, op_overhead=overhead, profile_status=str(doc.get("status", "")), op_overhead_source=str(ov.get("source", "")), name=f"{base.name} (profile {Path(path).name})", gemm=gemm, gemm_shapes=tuple(shapes),
         mem_curve=mem_curve, mem_efficiency=base_mem if base_mem is not None else base.mem_efficiency,
         mem_origin=key if mem_curve is not None else base.mem_origin, flash=flash, profile=str(path),
-        collectives=tuple(doc.get("collectives") or ()))
+        collectives=tuple(doc.get("collectives") or ()), interference=interference)
 
 
 def device_of(cluster: Any) -> Device:
