@@ -10,6 +10,7 @@ slowdowns, seeded compute jitter and mixed device types, turned into per-rank fa
         - {nodes: 16, device: a100-sxm4-80gb}
 
       straggler_model: lockstep         # or exact (see below)
+      variability: auto                 # measured per-device speed spread above 16,384 devices (Variability)
 
 A factor multiplies a time: `compute` the GEMM and attention kernels, `memory` the memory-bound
 operators and the optimizer step, `link` every transfer of a collective or pipeline send that the
