@@ -114,3 +114,29 @@ def test_variability_adds_no_classes(tmp_path, fast_topology):
 def test_bad_setting_is_a_config_error(tmp_path, fast_topology, bad):
     with pytest.raises(ConfigError, match="cluster.variability"):
         scen(tmp_path, fast_topology, {"variability": bad}, {"tp": 1, "pp": 1, "dp": 4}, 1, 4)
+
+
+def test_composes_with_a_straggler(tmp_path, fast_topology):
+    """pp 1, free links, FLOP-only costs, 4 ranks: a 1.5x straggler and variability sigma 0.05
+    multiply: the step is clean x 1.5 x (1 + 0.05 E[max of 4]), E[max of 4] = 1.0294 exactly
+    (Blom: 1.049)."""
+    par = {"tp": 2, "pp": 1, "dp": 2}
+    clean = simulate(*scen(tmp_path, fast_topology, {}, par, 1, 4), FlopCost()).result.step_time_s
+    both = {"stragglers": [{"devices": [3], "compute": 1.5}], "variability": 0.05}
+    r = simulate(*scen(tmp_path, fast_topology, both, par, 1, 4, name="b.yaml"), FlopCost()).result
+    assert expected_max_exact(4) == pytest.approx(1.0294, abs=1e-4)
+    assert r.step_time_s == pytest.approx(clean * 1.5 * (1 + 0.05 * expected_max_blom(4)), abs=1e-10)
+    # the counterfactual without the straggler keeps the variability
+    assert r.stragglers.step_time_without_s == pytest.approx(clean * (1 + 0.05 * expected_max_blom(4)), abs=1e-10)
+
+
+@pytest.mark.parametrize("setting, back", [(0.02, 0.02), ("measured", "measured"), ("none", "none"), (None, "none")])
+def test_resolved_dump_reloads(tmp_path, fast_topology, setting, back):
+    """The resolved dump carries a non-default setting and loads again to the same scenario."""
+    sc, _ = scen(tmp_path, fast_topology, {"variability": setting}, {"tp": 1, "pp": 1, "dp": 4}, 1, 4)
+    assert sc.cluster.variability == back
+    d = sc.resolved()
+    assert d["cluster"]["variability"] == back
+    f = tmp_path / "again.yaml"
+    f.write_text(yaml.safe_dump(d, sort_keys=False))
+    assert load_scenario(f)[0].resolved() == d
