@@ -31,7 +31,7 @@ from simtrain.hardware.topology import Topology
 from simtrain.network.backend import NetworkBackend
 from simtrain.network.registry import backend_for
 from simtrain.plan.grid import RankClass, RankGrid, equivalence_classes, placement_of
-from simtrain.plan.heterogeneity import DeviceFactors, device_factors
+from simtrain.plan.heterogeneity import DeviceFactors, device_factors, variability_of
 from simtrain.program.ir import EOp
 from simtrain.program.lowering import Lowering
 from simtrain.program.optimizer import steady_step_time
@@ -252,6 +252,18 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
             class_costs[c.id] = base if cf == mf == 1.0 else ScaledCosts(base, cf, mf)
             link_factor[c.id] = float(rlink[r0])
             dev_of[c.id] = kind
+    var = variability_of(sc.cluster.variability, grid.world)
+    if var is not None:
+        # the slowest-member effect of per-device speed spread: one compute factor for every class
+        # (order statistics, simtrain.plan.heterogeneity.Variability), so no class splits
+        slowed: dict = {}
+        for c in classes:
+            cc = class_costs.get(c.id, costs)
+            k = (id(cc.base), cc.compute, cc.memory) if isinstance(cc, ScaledCosts) else (id(cc), 1.0, 1.0)
+            if k not in slowed:
+                slowed[k] = (ScaledCosts(cc.base, cc.compute * var.factor, cc.memory) if isinstance(cc, ScaledCosts)
+                             else ScaledCosts(cc, var.factor, 1.0))
+            class_costs[c.id] = slowed[k]
     net_given = network
     network = network or backend_for(sc, topo, place, dev.collectives)
     low = Lowering(sc, topo, work, classes, sched, costs, place, work_of, fuse=fuse,
@@ -336,7 +348,9 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
         memory=memory,
         simulated_classes=len(classes),
         simulated_ops=len(ops),
-        coverage=sorted(costs.coverage | {f"{dev.key}: {n}" for n in network.notes}),
+        coverage=sorted(costs.coverage | {f"{dev.key}: {n}" for n in network.notes}
+                        | ({f"variability: compute x{var.factor:.4f}, the slowest of {var.group:,} devices at sigma "
+                            f"{var.sigma:.2%} ({var.source})"} if var is not None else set())),
         calibration_warnings=sorted(getattr(costs, "outside", set()) | {f"{dev.key}: {n}" for n in network.notes}),
         forward_only=True if sc.training.forward_only else None,
     )

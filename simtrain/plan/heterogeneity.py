@@ -10,6 +10,7 @@ slowdowns, seeded compute jitter and mixed device types, turned into per-rank fa
         - {nodes: 16, device: a100-sxm4-80gb}
 
       straggler_model: lockstep         # or exact (see below)
+      variability: auto                 # measured per-device speed spread above 16,384 devices (Variability)
 
 A factor multiplies a time: `compute` the GEMM and attention kernels, `memory` the memory-bound
 operators and the optimizer step, `link` every transfer of a collective or pipeline send that the
@@ -33,6 +34,7 @@ waiting counts as their compute, not as bubble. A test bounds the difference aga
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import erf
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -116,3 +118,110 @@ def device_factors(cluster: ClusterSpec, num_devices: int, devices_per_node: int
             device[d] = dev
         pos += nodes
     return DeviceFactors(comp, mem, link, tuple(device), tuple(sorted(chosen)))
+
+
+# --- per-device speed variability, modelled by order statistics -----------------------------
+
+VARIABILITY_SIGMA = 0.08 / (2 * 2.698)
+"""The measured per-device compute-speed spread, as a relative standard deviation (~1.48 %).
+
+Source: Sinha et al., "Not All GPUs Are Created Equal: Characterizing Variability in Large-Scale,
+Accelerator-Rich Systems", SC22 (arXiv 2208.11035): on identical-SKU GPUs of five large clusters
+(Summit, Vortex, Frontera, Longhorn, Corona; over 90 % of each cluster's GPUs, compute-bound SGEMM
+among the workloads) the performance varies by 8 % on average (at most 22 %), with outliers up to
+1.5x slower than the median GPU. Reading the 8 % as the span of the box plot's whiskers (Tukey:
+Q1 - 1.5 IQR to Q3 + 1.5 IQR, which is +-2.698 sigma for a normal) gives sigma = 0.08 / 5.396.
+That reading is an interpretation (ASSUMED), not a figure the paper states; the outliers beyond
+the whiskers are what `cluster.stragglers` is for."""
+
+VARIABILITY_SOURCE = ("Sinha et al., SC22 (arXiv 2208.11035): 8 % average per-GPU performance variation "
+                      "on identical GPUs, read as the +-2.698 sigma whisker span")
+
+VARIABILITY_THRESHOLD = 16_384
+"""`cluster.variability: auto` (the default) applies the measured spread to runs of MORE than this
+many devices. At and below it the default leaves the step as it was, so the shipped scenarios
+(the largest has 16,384 GPUs) keep their pinned values; `variability: measured` applies it at
+any size, `variability: none` turns it off."""
+
+
+def expected_max_blom(g: int) -> float:
+    """E[max of g standard normal draws] by Blom's approximation, Phi^-1((g - 0.375) / (g + 0.25)).
+
+    >>> expected_max_blom(1)
+    0.0
+    """
+    if g <= 1:
+        return 0.0
+    return float(_norm_ppf((g - 0.375) / (g + 0.25)))
+
+
+def expected_max_exact(g: int, points: int = 20_001) -> float:
+    """E[max of g standard normal draws] by numeric integration of x d/dx Phi(x)^g on [-10, 10]
+    (trapezoid rule; the density g phi Phi^(g-1) is negligible outside)."""
+    if g <= 1:
+        return 0.0
+    x = np.linspace(-10.0, 10.0, points)
+    phi = np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
+    cdf = _norm_cdf(x)
+    dens = g * phi * np.exp((g - 1) * np.log(np.clip(cdf, 1e-300, None)))
+    return float(np.trapezoid(x * dens, x) if hasattr(np, "trapezoid") else np.trapz(x * dens, x))
+
+
+def _norm_cdf(x: np.ndarray) -> np.ndarray:
+    """Phi(x) via math.erf (vectorised; no scipy)."""
+    return 0.5 * (1.0 + np.vectorize(erf)(np.asarray(x) / np.sqrt(2.0)))
+
+
+def _norm_ppf(p: float) -> float:
+    """Phi^-1(p) by bisection on Phi (60 halvings: below 1e-15 in x)."""
+    lo, hi = -40.0, 40.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if float(_norm_cdf(np.asarray(mid))) < p:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+@dataclass(frozen=True)
+class Variability:
+    """The slowest-member effect of persistent per-device speed differences.
+
+    Each device keeps its own speed across steps: compute time x (1 + sigma z), z ~ N(0, 1), one
+    draw per device. A synchronous step cannot finish before its slowest device: tp groups meet
+    at every collective, the pipeline passes work stage to stage, and the dp all-reduce joins every
+    replica each step, so the whole job (g = every rank) proceeds at the expected maximum of g
+    draws, 1 + sigma E[max_g z] (Blom's approximation). It is applied as one compute factor to
+    every rank class, so it adds no classes. Approximations: the per-device draw is persistent
+    (per-step noise would average part of it away in the pipeline); every stage takes the
+    slowest device's factor, where in a pipeline only the slowest stage gates the steady state
+    (the model overstates the fill and drain by up to that share of the step); memory-bound
+    operators and links keep their speed."""
+    sigma: float
+    group: int
+    source: str = VARIABILITY_SOURCE
+
+    @property
+    def z(self) -> float:
+        return expected_max_blom(self.group)
+
+    @property
+    def factor(self) -> float:
+        return 1.0 + self.sigma * self.z
+
+
+def variability_of(setting: object, world: int) -> Variability | None:
+    """The cluster.variability setting for a run of `world` ranks: "auto" (measured above
+    VARIABILITY_THRESHOLD devices, else off), "measured", "none", or a sigma (float)."""
+    if setting is None or setting == "none":
+        return None
+    if setting == "auto":
+        if world <= VARIABILITY_THRESHOLD:
+            return None
+        sigma, src = VARIABILITY_SIGMA, VARIABILITY_SOURCE
+    elif setting == "measured":
+        sigma, src = VARIABILITY_SIGMA, VARIABILITY_SOURCE
+    else:
+        sigma, src = float(setting), "cluster.variability (given)"
+    return Variability(sigma, world, src) if sigma > 0 else None

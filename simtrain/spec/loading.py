@@ -141,6 +141,15 @@ def _resolve_heterogeneity(cluster: dict, errs: Collector) -> None:
                 errs.add("cluster.jitter.sigma", f"must be >= 0, got {v['sigma']}", "write e.g. `0.02` (2 %)")
             else:
                 cluster["jitter"] = Jitter(**v)
+    var = cluster.get("variability", "auto")
+    if var is None:
+        cluster["variability"] = "none"
+    elif isinstance(var, bool) or not (var in ("auto", "measured", "none") or (isinstance(var, (int, float)) and 0 <= var <= 1)):
+        errs.add("cluster.variability", f"expected auto, measured, none or a sigma in [0, 1], got {var!r}",
+                 "write e.g. `measured` (the measured per-device spread) or `0.015` (1.5 %)")
+        cluster["variability"] = "auto"
+    elif isinstance(var, (int, float)):
+        cluster["variability"] = float(var)
     m = cluster.pop("mixed", None)
     blocks = []
     if m is not None:
@@ -583,6 +592,7 @@ def build_scenario(raw: dict, path: Path, errs: Collector,
         cluster=ClusterSpec(device=cluster["device"], topology_file=cluster["topology"], nodes=cluster["nodes"],
                             device_profile=cluster.get("device_profile") or "", stragglers=cluster["stragglers"],
                             jitter=cluster["jitter"], mixed=cluster["mixed"], straggler_model=cluster["straggler_model"],
+                            variability=cluster.get("variability", "auto"),
                             topology_overrides=json.dumps(topo_over, sort_keys=True) if topo_over else "",
                             memory_capacity=cluster.get("memory_capacity"), memory_reserve=cluster["memory_reserve"]),
         network=NetworkSpec(**network), seed=seed, source_file=str(path),

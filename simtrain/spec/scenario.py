@@ -309,6 +309,12 @@ class ClusterSpec:
     stragglers: tuple = spec_field("any", "slow devices", default=(), yaml_default=None, dump="falsy", section=STRAGGLER,
                                    many=True)
     jitter: Optional[object] = spec_field("any", "per-step noise on compute times", default=None, dump="none", section=JITTER)
+    variability: object = spec_field(
+        "any", "per-device speed spread, modelled by order statistics (simtrain.plan.heterogeneity.Variability): "
+        "`auto` (the measured spread on runs above 16,384 devices), `measured` (at any size), `none`, or a sigma "
+        "(0.015: 1.5 %)", default="auto", dump_if=lambda c: c.variability != "auto",
+        json={"anyOf": [{"enum": ["auto", "measured", "none"]}, {"type": "number", "minimum": 0, "maximum": 1}],
+              "description": "auto, measured, none, or a relative standard deviation in [0, 1]"})
     mixed: tuple = spec_field("any", "blocks of nodes with other device types (the rest runs `device`)", default=(),
                               yaml_default=None, dump="falsy", section=MIXED, many=True)
     straggler_model: str = spec_field(("lockstep", "exact"), "how slow devices hold up the step (simtrain.plan.heterogeneity)",
