@@ -19,6 +19,7 @@ from pathlib import Path
 
 from simtrain import __version__, progress
 from simtrain.calibration import bench, fit
+from simtrain.cli import export as export_cli
 from simtrain.cli import schema as schema_cli
 from simtrain.cli import validate
 from simtrain.cli.inspect import cmd_check, cmd_list, cmd_schedule
@@ -131,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("what", choices=("devices", "profiles", "topologies", "schedules", "collectives", "models"))
     lst.set_defaults(fn=cmd_list)
     schema_cli.add_parser(sub)
+    export_cli.add_parser(sub, SET_HELP)
     validate.register(sub)
     # every command that reads a scenario takes --set with one meaning (simtrain.spec.overrides)
     add_set_option(b, "override a key of the --for scenario, as in `run` (repeatable)")
