@@ -75,3 +75,13 @@ def test_export_reads_back_with_chakra(tmp_path, plain_topology):
     # ranks of one class carry the same program but their own groups
     n0, n2 = traces[0][1], traces[2][1]
     assert len(n0) == len(n2) and [n.name for n in n0] == [n.name for n in n2]
+
+
+def test_same_input_gives_byte_identical_traces(tmp_path, plain_topology):
+    """Same scenario, two exports: every file byte for byte the same (no wall-clock time in them)."""
+    path = small_scenario(tmp_path, plain_topology, parallel={"tp": 2, "pp": 2, "dp": 1}, training={"global_batch_size": 4})
+    for d in ("a", "b"):
+        assert main(["export", "chakra", str(path), "-o", str(tmp_path / d), "--prefix", "x"]) == 0
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert names == ["comm_group.json", "x.0.et", "x.1.et", "x.2.et", "x.3.et"]
+    assert all((tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes() for n in names)
