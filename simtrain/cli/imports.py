@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import argparse
 import copy
-import shlex
 from pathlib import Path
 
 from simtrain.errors import Collector
 from simtrain.imports.common import Options, to_yaml
 from simtrain.imports.dispatch import KINDS, import_files
-from simtrain.imports.megatron import to_args
 from simtrain.results.io import write_atomic
 from simtrain.rl.spec import build_rl_job
 from simtrain.spec.files import TreeError, parse_yaml
-from simtrain.spec.loading import build_scenario, load_scenario
+from simtrain.spec.loading import build_scenario
 
 
 def _env(items: list[str] | None) -> dict[str, str]:
@@ -65,11 +63,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                     '"{kind: lognormal, mean: 3000, sigma: 0.8}" (simtrain.rl.lengths)')
     im.add_argument("--args", metavar="STRING", help="megatron: the training arguments as one string")
     im.set_defaults(fn=cmd_import)
-    ex = sub.add_parser("export", help="write a scenario as another framework's arguments (megatron)")
-    ex.add_argument("kind", choices=("megatron",))
-    ex.add_argument("scenario")
-    ex.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a scenario value")
-    ex.set_defaults(fn=cmd_export)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -94,10 +87,4 @@ def cmd_import(args: argparse.Namespace) -> int:
     sources = list(args.files) or ["--args"]
     write_atomic(out, to_yaml(tree, sources, args.kind).encode())
     print(f"wrote {out} (check it: simtrain check {out}; run it: simtrain run {out})")
-    return 0
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    sc, _ = load_scenario(args.scenario, args.set or ())
-    print(shlex.join(to_args(sc.resolved())))
     return 0

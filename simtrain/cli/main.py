@@ -20,6 +20,7 @@ from pathlib import Path
 
 from simtrain import __version__, progress
 from simtrain.calibration import bench, fit
+from simtrain.cli import export as export_cli
 from simtrain.cli import imports as imports_cli
 from simtrain.cli import schema as schema_cli
 from simtrain.cli import validate
@@ -138,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst.set_defaults(fn=cmd_list)
     schema_cli.add_parser(sub)
     imports_cli.register(sub)
+    export_cli.add_parser(sub, SET_HELP)
     validate.register(sub)
     # every command that reads a scenario takes --set with one meaning (simtrain.spec.overrides)
     add_set_option(b, "override a key of the --for scenario, as in `run` (repeatable)")
