@@ -12,6 +12,7 @@ the kernels belong to linear once).
 """
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,3 +194,96 @@ def device_names(doc: dict) -> list:
     if not isinstance(props, list):
         return []
     return [str(p["name"]) for p in props if isinstance(p, dict) and isinstance(p.get("name"), str)]
+
+
+# Host-side statistics of a trace (for a framework profile, `simtrain calibrate --framework`)
+LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchCooperativeKernel")
+BLOCKING_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+OPTIMIZER_KERNEL = re.compile(r"multi_tensor_apply|[Aa]dam|[Ff]oreach|multi_tensor_l2norm|l2norm|_fused_adam", re.ASCII)
+NORM_KERNEL = re.compile(r"l2norm|L2Norm|norm_kernel|LpNorm", re.ASCII)
+
+
+def _p50_p90_mean(xs: list) -> dict | None:
+    """Median, 90th percentile (nearest rank: the smallest value with at least 90 % of the values at
+    or below it) and mean of `xs` in seconds; None when empty."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    n = len(s)
+    mid = s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+    p90 = s[max(0, -(-9 * n // 10) - 1)]
+    return {"median_s": mid, "p90_s": p90, "mean_s": sum(s) / n, "count": n}
+
+
+def host_stats(path: Path, raw: bytes | None = None, doc: dict | None = None) -> dict:
+    """Host-side statistics of a Kineto trace, in seconds:
+
+      issue_interval   per CPU thread, start-to-start time between consecutive kernel launch calls
+                       (LAUNCH_CALLS), leaving out intervals that hold a host-blocking call
+                       (BLOCKING_CALLS: the host waited for the device there, not issued work):
+                       the host's time per issued kernel while it keeps the device fed
+      launch_gap       the same pairs, end of one launch call to the start of the next
+      launch_call      a launch call's own duration
+      cpu_per_kernel   per outermost CPU op (`cpu_op`) that launched kernels: its duration over the
+                       kernels it launched (the aten dispatch cost per kernel)
+      optimizer        kernels whose names say a fused / multi-tensor optimizer or norm kernel
+                       (OPTIMIZER_KERNEL): count, summed device time, and per profiler step
+      steps            ProfilerStep#N annotations (count)
+    Worked example (tests/test_kineto_host.py): launches at 0, 10, 30 us (each 4 us long) with a
+    cudaStreamSynchronize between 30 and 60, next launch at 60: intervals 10, 20 (the 30..60
+    one holds the synchronisation): median 15, mean 15; gaps 6, 16."""
+    doc = doc if doc is not None else load(path, raw)
+    errs = Collector(str(path))
+    events = [e for _, e in _check_events(doc["traceEvents"], errs)]
+    thread = lambda e: (str(e.get("pid", 0)), str(e.get("tid", 0)))
+    runtime = sorted((e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")),
+                     key=lambda e: (thread(e), e["ts"]))
+    launches: dict = {}
+    blocking: dict = {}
+    for e in runtime:
+        name = e["name"]
+        if name in LAUNCH_CALLS:
+            launches.setdefault(thread(e), []).append((e["ts"], e["ts"] + e["dur"]))
+        elif name in BLOCKING_CALLS:
+            blocking.setdefault(thread(e), []).append(e["ts"])
+    intervals, gaps, calls = [], [], []
+    for tid in sorted(launches):
+        seq = launches[tid]
+        stops = sorted(blocking.get(tid, []))
+        calls.extend((b - a) * 1e-6 for a, b in seq)
+        for (s0, e0), (s1, _) in zip(seq, seq[1:]):
+            i = bisect.bisect_right(stops, e0)
+            if i < len(stops) and stops[i] < s1:
+                continue             # the host waited for the device in between
+            intervals.append((s1 - s0) * 1e-6)
+            gaps.append(max(0.0, s1 - e0) * 1e-6)
+    # CPU time per launched kernel of each outermost CPU op
+    ext_kernels: dict = {}
+    kernels = [e for e in events if e.get("cat") in ("kernel", "mlu_kernel", "privateuse1_kernel")]
+    for k in kernels:
+        ext = (k.get("args") or {}).get("External id")
+        if isinstance(ext, (int, str)):
+            ext_kernels[ext] = ext_kernels.get(ext, 0) + 1
+    cpu = sorted((e for e in events if e.get("cat") == "cpu_op"), key=lambda e: (thread(e), e["ts"], -e["dur"]))
+    per_kernel, stack, top = [], [], None
+    for e in cpu:
+        tid = thread(e)
+        while stack and (stack[-1][1] != tid or stack[-1][0] <= e["ts"]):
+            stack.pop()
+        ext = (e.get("args") or {}).get("External id")
+        n = ext_kernels.get(ext, 0) if isinstance(ext, (int, str)) else 0
+        if not stack:
+            top = [e["dur"], n]
+            per_kernel.append(top)
+        elif top is not None:
+            top[1] += n
+        stack.append((e["ts"] + e["dur"], tid))
+    cpu_per_kernel = [d / n * 1e-6 for d, n in per_kernel if n]
+    opt = [k for k in kernels if OPTIMIZER_KERNEL.search(k["name"])]
+    steps = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    return {"issue_interval": _p50_p90_mean(intervals), "launch_gap": _p50_p90_mean(gaps),
+            "launch_call": _p50_p90_mean(calls), "cpu_per_kernel": _p50_p90_mean(cpu_per_kernel),
+            "kernels": len(kernels), "launches": sum(len(v) for v in launches.values()), "steps": steps,
+            "optimizer": {"kernels": len(opt), "device_s": sum(k["dur"] for k in opt) * 1e-6,
+                          "norm_kernels": sum(1 for k in opt if NORM_KERNEL.search(k["name"]))},
+            "devices": device_names(doc)}
