@@ -114,8 +114,19 @@ LATENCY_US = {
     "nvls": {"Simple": (0.0, 25.0, 18.0)},
     "nvls_tree": {"Simple": (0.0, 25.0, 20.9)},
 }
-# Multi-node ring all-reduce with Simple: NCCL multiplies the ring's latency by 1.4 on SM80+ (same source).
+# Multi-node ring all-reduce with Simple: NCCL multiplies the ring's latency by 1.4 on SM80+ (same source),
+# once the buffer holds at least 64 B per channel and rank (nBytes / (nChannels x nRanks) >= 64).
 RING_SIMPLE_MULTINODE = 1.4
+RING_PLATEAU_BYTES = 64
+# A multi-node ring's steps inside a node cost at least NCCL's network overhead: the ring latency is
+# baseLat + (nsteps - nInter) x max(intraLat, netOverhead) + nInter x interLat, netOverhead 1 us
+# (Intel host; 2 us AMD, which simtrain does not distinguish), x 3 for Simple, only when nNodes > 1.
+# Source: shared/data/calibration/nccl-algorithms/nccl-tuning-constants-2.18-2.23.yaml
+# `latency_model.Ring` and `ring_plateau` (src/graph/tuning.cc).
+NET_OVERHEAD_US = {"LL": 1.0, "LL128": 1.0, "Simple": 3.0}
+# Off: with it, the measured 4-node H100 all-gather sweep (tests/test_collectives.py) loses one
+# size within 15 %; NCCL's tuner (nccl_tuning) keeps the term for its choice.
+NET_OVERHEAD_STEPS = False
 
 # NVLS chunking: NCCL's default NVLS channel count and chunk size, and the chunk cuts of
 # calcCollChunking as (rounds of channels x heads chunks, chunk size it cuts to), in order.
@@ -420,13 +431,18 @@ def cost(coll: str, n: float, g: GroupShape, topo: Topology, algorithm: str, pro
     terms = a.cost(coll, n, g, topo)
     if terms is None:
         return None
-    return with_protocol(algorithm, a.family, coll, protocol, *terms, topo)
+    return with_protocol(algorithm, a.family, coll, protocol, *terms, topo, n, g.size)
 
 
 def with_protocol(algorithm: str, family: str, coll: str, protocol: str, up: int, net: int, t: float,
-                  topo: Topology) -> Cost:
+                  topo: Topology, n: float | None = None, ranks: int = 0) -> Cost:
     """Adds the protocol's latency terms and bandwidth share to an algorithm's step counts and its
-    transfer time at full bandwidth (shared by both network backends)."""
+    transfer time at full bandwidth (shared by both network backends). A ring across nodes
+    (`net` > 0) pays NCCL's per-step latency on every one of its steps: max(intra, network
+    overhead) on the steps inside a node, the network latency on the 2(N-1) (or N-1) that cross,
+    so its latency grows with the ring's length (a 1,536-rank ring all-reduce: 3,070 steps).
+    `n` and `ranks` (buffer bytes and group size) decide NCCL's x1.4 plateau of a multi-node
+    Ring/Simple all-reduce (at least 64 B per channel and rank); without them it applies."""
     base, l_up, l_net = LATENCY_US[family][protocol]
     params = _params(topo)
     if params.get("latency_model") == "none":
@@ -435,8 +451,11 @@ def with_protocol(algorithm: str, family: str, coll: str, protocol: str, up: int
         l_net += (params.get("network_step_latency") or 0.0) * 1e6
         if family in ("nvls", "nvls_tree") and _nvls_chunk_cost(topo):
             l_up = 0.0          # the chunk pipeline's fill stands for NCCL's NVLS step latency
+        if algorithm == "ring" and net and NET_OVERHEAD_STEPS:
+            l_up = max(l_up, NET_OVERHEAD_US[protocol])
     lat = (base + up * l_up + net * l_net) * 1e-6
-    if algorithm == "ring" and protocol == "Simple" and coll == "all_reduce" and net:
+    if (algorithm == "ring" and protocol == "Simple" and coll == "all_reduce" and net
+            and (n is None or not ranks or n / (nccl_tuning.CHANNELS * ranks) >= RING_PLATEAU_BYTES)):
         lat *= RING_SIMPLE_MULTINODE
     lat += _params(topo).get("overhead", 0.0)
     return Cost(algorithm, protocol, lat, t / BW_FACTOR[family][protocol])

@@ -349,7 +349,7 @@ class FlowNetwork:
         if up + net == 0:
             return Cost("none", "none", 0.0, 0.0), moved, sat
         up, net = self.latency_steps(coll, n, groups[0], algorithm, (up, net))
-        c = min((with_protocol(algorithm, "ring", coll, pr, up, net, data, self.topo) for pr in protocols),
+        c = min((with_protocol(algorithm, "ring", coll, pr, up, net, data, self.topo, n, len(groups[0])) for pr in protocols),
                 key=lambda c: c.seconds)
         return c, moved, sat
 
