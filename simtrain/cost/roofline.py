@@ -4,6 +4,9 @@
   gemm       max(flops / (peak[dtype] x gemm_eff(m,n,k)), bytes / (hbm_bw x mem_eff))
   attention  flops / (peak x flash_eff(seq))        (FlashAttention-2 measured fwd+bwd curve)
   memory     bytes / (hbm_bw x mem_eff)             (STREAM copy / datasheet bandwidth)
+  non-GEMM   bytes / (hbm_bw x class_eff(bytes))    (a norm, softmax, fused or eager elementwise
+             kernel, `Op.shape` = (class,): the class's measured achieved-bandwidth curve by the
+             bytes one kernel moves, `simtrain.workload.nongemm`)
 plus, from a device profile, the host's issue time per operator (the Python, dispatch and launch
 cost of the software stack, e.g. eager Megatron-DeepSpeed; 0 for the presets). The host issues a
 sequence's operators one every c seconds and the device runs them in order, each once it is
@@ -127,9 +130,32 @@ class CalibratedRoofline:
             self._note_outside("memory-bound op size (bytes) outside the measured", curve, nbytes)
         return nbytes / (self.dev.memory_bw * eff)
 
+    def nongemm_time(self, cls: str, nbytes: float) -> float:
+        """One non-GEMM kernel of class `cls` moving `nbytes`: at the class's measured achieved
+        bandwidth for that size. Fused softmax without its own curve takes the fused norm's
+        (the same one-read, one-write row kernel); a class with no curve at all, the STREAM
+        efficiency. Each fallback is noted in `coverage`."""
+        dev = self.dev
+        curve = dev.nongemm_curve(cls)
+        if curve is None and cls == "softmax" and dev.nongemm_curve("norm") is not None:
+            curve = dev.nongemm_curve("norm")
+            self.notes.add(f"{dev.key}: fused softmax kernels priced at the fused norm kernel's measured bandwidth "
+                           "(assumed: the same one-read, one-write row kernel)")
+        if curve is None:
+            self.notes.add(f"{dev.key}: no measured {cls} kernel bandwidth; those kernels run at the memory-bound (STREAM) efficiency")
+            return self.memory_time(nbytes)
+        if curve.origin != dev.key:
+            self.notes.add(f"{dev.key}: {cls} kernel bandwidth borrowed from {curve.origin} measurements")
+        eff, inside = curve.at(max(nbytes, 1.0))
+        if not inside:
+            self._note_outside(f"{cls} kernel size (bytes) outside the measured", curve, nbytes)
+        return nbytes / (dev.memory_bw * eff)
+
     def _duration(self, op: Op) -> float:
         dev = self.dev
         if op.kind == "memory":
+            if op.shape:
+                return self.nongemm_time(op.shape[0], op.bytes)
             return self.memory_time(op.bytes)
         if op.kind == "gemm":
             m, n, k = op.shape

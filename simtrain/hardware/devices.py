@@ -172,6 +172,11 @@ class Device:
     host_bandwidth: float = 0.0    # bytes/s per direction to host memory (PCIe / NVLink-C2C), for CPU offload
     host_bandwidth_source: str = ""  # "measured: ...", "nominal: ..." or "assumed: ..." with its source
     interference: tuple = ()       # ((op class, collective, s, source), ...): compute slowdown under a collective
+    nongemm: tuple = ()            # ((kernel class, Curve), ...): achieved HBM bandwidth / datasheet by kernel bytes
+
+    def nongemm_curve(self, cls: str) -> Curve | None:
+        """The achieved-bandwidth curve of a non-GEMM kernel class (`workload.nongemm`), if measured."""
+        return dict(self.nongemm).get(cls)
 
     def slowdown_table(self) -> dict:
         """{(op class, collective): s} of the profile's `interference` table (see `slowdown`)."""
@@ -213,11 +218,19 @@ def _own(key: str, d: dict):
     return gemm, mem, flash
 
 
+def _own_nongemm(key: str, d: dict) -> dict:
+    """{kernel class: Curve} of a preset's `nongemm` table: efficiency (achieved / datasheet
+    bandwidth of the GPU measured) by the bytes one kernel moves."""
+    return {cls: Curve(tuple(sorted((float(b), float(e)) for b, e in c["efficiency_by_bytes"].items())), key, c["source"])
+            for cls, c in (d.get("nongemm") or {}).items()}
+
+
 @lru_cache(maxsize=None)
 def get_device(key: str) -> Device:
     raw = _raw()
     d = raw[key]
     gemm, mem, flash = _own(key, d)
+    nongemm = _own_nongemm(key, d)
     mem_origin = key if mem is not None else ""
     lender, seen = d.get("borrows"), {key}
     while lender:
@@ -231,6 +244,8 @@ def get_device(key: str) -> Device:
             mem, mem_origin = lm, lender
         if flash is None and lf is not None:
             flash = lf
+        for cls, c in _own_nongemm(lender, raw[lender]).items():
+            nongemm.setdefault(cls, c)
         lender = raw[lender].get("borrows")
     if "16bit" not in gemm or mem is None:
         raise ValueError(f"devices.yaml: {key} has no 16-bit GEMM or memory curve, even borrowed")
@@ -240,6 +255,7 @@ def get_device(key: str) -> Device:
         memory_bytes=parse_bytes(d["memory"]["capacity"]), memory_bw=parse_bandwidth(d["memory"]["bandwidth"]),
         gemm=gemm, mem_efficiency=mem, mem_origin=mem_origin, flash=flash,
         host_bandwidth=parse_bandwidth(d["host_link"]["bandwidth"]), host_bandwidth_source=d["host_link"]["source"],
+        nongemm=tuple(sorted(nongemm.items())),
     )
 
 
@@ -288,6 +304,12 @@ PROFILE = Section({
         "source": Key("str", "", "where the measurements come from"),
         "points": _points("measured sequence lengths", seq="sequence length", tflops="achieved TFLOP/s"),
     }, open=True)),
+    "nongemm": Key("any", None, "measured non-GEMM kernels, per kernel class (norm, softmax, elementwise, eager)",
+                   many=True, section=Section({
+        "class": Key("str", doc="kernel class (simtrain.workload.nongemm.KERNEL_CLASSES)"),
+        "source": Key("str", "", "where the measurements come from"),
+        "points": _points("measured kernel sizes", bytes="bytes one kernel moves", bandwidth_GBps="achieved GB/s"),
+    }, open=True)),
     "collectives": Key("any", None, "measured collective sweeps (nccl-tests)", many=True, section=Section({
         "collective": Key("str", doc="all_reduce, all_gather, ..."),
         "ranks": Key("posint", doc="ranks of the sweep"),
@@ -309,6 +331,7 @@ PROFILE = Section({
 }, doc="a device profile written by simtrain calibrate", open=True)
 
 INTERFERENCE_OPS = ("gemm", "attention", "memory")
+NONGEMM_CLASSES = ("norm", "softmax", "elementwise", "eager")   # simtrain.workload.nongemm.KERNEL_CLASSES
 INTERFERENCE_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "any")
 
 
@@ -400,6 +423,14 @@ def load_profile(path: str) -> Device:
         peak16 = base.peak_flop_per_s.get("bf16", base.peak_flop_per_s.get("fp16"))
         flash = Curve(tuple(sorted((float(p["seq"]), p["tflops"] * 1e12 / peak16) for p in fa["points"])), key, str(fa.get("source", "")))
     interference = _interference(doc, errs)
+    nongemm = dict(base.nongemm)
+    for i, row in enumerate(doc.get("nongemm") or []):
+        cls = row.get("class")
+        if cls not in NONGEMM_CLASSES:
+            errs.add(f"nongemm[{i}].class", f"unknown kernel class {cls!r}", f"use one of: {', '.join(NONGEMM_CLASSES)}")
+            continue
+        nongemm[cls] = Curve(tuple(sorted((float(p["bytes"]), p["bandwidth_GBps"] * 1e9 / base.memory_bw) for p in row["points"])),
+                             key, str(row.get("source", "")))
     ov = doc.get("op_overhead") or {}
     overhead = parse_time(ov["per_operator"]) if ov else 0.0
     if ov and not ov["source"].strip():
@@ -409,7 +440,7 @@ def load_profile(path: str) -> Device:
         base, key=key, base=base.key, op_overhead=overhead, profile_status=str(doc.get("status", "")), op_overhead_source=str(ov.get("source", "")), name=f"{base.name} (profile {Path(path).name})", gemm=gemm, gemm_shapes=tuple(shapes),
         mem_curve=mem_curve, mem_efficiency=base_mem if base_mem is not None else base.mem_efficiency,
         mem_origin=key if mem_curve is not None else base.mem_origin, flash=flash, profile=str(path),
-        collectives=tuple(doc.get("collectives") or ()), interference=interference)
+        collectives=tuple(doc.get("collectives") or ()), interference=interference, nongemm=tuple(sorted(nongemm.items())))
 
 
 def device_of(cluster: Any) -> Device:

@@ -151,6 +151,23 @@ class ModelSpec:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
 
 
+@dataclass(frozen=True)
+class FusionSpec:
+    """Which non-GEMM kernel families run fused (one kernel, one pass over the tensor) or as
+    chains of eager PyTorch kernels; defaults as Megatron-LM's (`simtrain.workload.nongemm`)."""
+    norm: bool = spec_field("bool", "LayerNorm / RMSNorm as one fused kernel (apex FusedLayerNorm, persistent LayerNorm, "
+                            "Transformer Engine); false: torch's LayerNorm, or RMSNorm as eager ops", default=True)
+    bias_gelu: bool = spec_field("bool", "bias + GeLU in one kernel (Megatron --no-bias-gelu-fusion: false)", default=True)
+    bias_swiglu: bool = spec_field("bool", "SwiGLU in one kernel (Megatron --no-bias-swiglu-fusion: false)", default=True)
+    bias_dropout_add: bool = spec_field("bool", "GPT's bias + dropout + residual add in one kernel "
+                                        "(Megatron --no-bias-dropout-fusion: false)", default=True)
+    masked_softmax: bool = spec_field("bool", "without flash attention: scale + causal mask + softmax in one kernel "
+                                      "(Megatron --no-masked-softmax-fusion: false)", default=True)
+    rope: bool = spec_field("bool", "rotary embedding in one kernel per tensor (Megatron --no-rope-fusion: false)", default=True)
+    cross_entropy: bool = spec_field("bool", "Megatron's fused vocab-parallel cross-entropy (--cross-entropy-loss-fusion)",
+                                     default=False)
+
+
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
 """The parts training.recompute_modules may name (Megatron-core TransformerConfig.recompute_modules)."""
 
@@ -191,6 +208,8 @@ class TrainingSpec:
         "bool", "keep the MLP and expert activation function's input (fc1 output) in FP8 for the backward, "
         "1 byte per value (DeepSeek-V3 caches its SwiGLU inputs in FP8)", default=False)
     flash_attention: bool = spec_field("bool", "fused attention (needed for cp > 1)", default=True)
+    fusions: FusionSpec = spec_field("map", "non-GEMM kernel fusions (norm, bias_gelu, bias_swiglu, bias_dropout_add, "
+                                     "masked_softmax, rope, cross_entropy)", default_factory=FusionSpec, section=FusionSpec)
     # Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR'24) §4: step optimistically, validate after
     optimizer_post_validation: Optional[bool] = spec_field(
         "bool", "the optimizer steps without waiting for the global gradient-norm / NaN all-reduce, which "
@@ -200,6 +219,10 @@ class TrainingSpec:
     forward_only: bool = spec_field(
         "bool", "simulate a forward pass over the batch only (no backward, gradient reduction or optimizer step; "
         "weights-only memory): the old_log_prob / ref / values passes of RL", default=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.fusions, dict):          # the loader's checked mapping
+            object.__setattr__(self, "fusions", FusionSpec(**self.fusions))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from simtrain.workload.ir import ACT_BYTES, Comm, Op, Ring
 from simtrain.workload.mla import MLAProjections
+from simtrain.workload.nongemm import rope_ops
 
 
 class Attention(MLAProjections):
@@ -30,8 +31,8 @@ class Attention(MLAProjections):
         heads = self.a / t
         act_b = ACT_BYTES
         norm = "layernorm" if self.gpt else "rmsnorm"
-        n1 = self.mem(f"{norm}1", 2 * act_b * seq_e)
-        n1b = self.mem(f"{norm}1.bwd", 3 * act_b * seq_e, "B")
+        n1 = self.nongemm(norm, f"{norm}1", seq_e)
+        n1b = self.nongemm(norm, f"{norm}1.bwd", seq_e, "B")
         if self.mla is not None:
             proj_f, proj_b, qk_dim, v_dim = self.mla_projections(heads)
         else:
@@ -42,23 +43,25 @@ class Attention(MLAProjections):
             qk_dim = v_dim = self.d
         rope = ()
         if not self.gpt:
-            # rotary on Q and K (MLA: on the per-head rotary query part and the one shared rotary key)
-            e = T * ((self.a + self.g) * self.d / t if self.mla is None else (heads + 1) * self.mla.qk_rope_head_dim)
-            rope = (self.mem("rotary", 2 * act_b * e),), (self.mem("rotary.bwd", 2 * act_b * e, "B"),)
+            # rotary on Q, then on K (MLA: on the per-head rotary query part and the one shared rotary key)
+            if self.mla is None:
+                eq, ek = T * self.a * self.d / t, T * self.g * self.d / t
+            else:
+                eq, ek = T * heads * self.mla.qk_rope_head_dim, T * self.mla.qk_rope_head_dim
+            rope = (rope_ops("rotary", eq, ek, "F", self.fusions.rope),
+                    rope_ops("rotary.bwd", eq, ek, "B", self.fusions.rope))
         out, out_b, out_w = self.gemm_fbw("attn_out", T, h, heads * v_dim)
-        resid_bytes = (3 if not self.gpt else 3.5) * act_b * seq_e   # read 2, write 1 (+ dropout mask)
-        r1 = self.mem("dropout_add1" if self.gpt else "residual_add1", resid_bytes)
-        r1b = self.mem(r1.name + ".bwd", 2 * act_b * seq_e, "B")
+        r1, r1b = self.residual(1, seq_e)
         msg = act_b * T * h                             # full activation buffer of one TP collective
         attn_core = proj_f + (rope[0] if rope else ())
         rope_b = rope[1] if rope else ()
         core_f, core_b = self.attention_core(heads, qk_dim, v_dim)
-        fwd = [(n1,), self.tp_comm(True, 0, msg), attn_core, *core_f, (out,), self.tp_comm(True, 1, msg), (r1,)]
-        bwd = [(r1b,), self.tp_comm(False, 1, msg), (out_b, out_w), *core_b, rope_b + proj_b, self.tp_comm(False, 0, msg), (n1b,)]
+        fwd = [n1, self.tp_comm(True, 0, msg), attn_core, *core_f, (out,), self.tp_comm(True, 1, msg), r1]
+        bwd = [r1b, self.tp_comm(False, 1, msg), (out_b, out_w), *core_b, rope_b + proj_b, self.tp_comm(False, 0, msg), n1b]
         if not self.sp:
             # without SP, the all-reduce into attention is the backward's (the forward input is replicated)
-            fwd = [(n1,), attn_core, *core_f, (out,), self.tp_comm(True, 1, msg), (r1,)]
-            bwd = [(r1b,), (out_b, out_w), *core_b, rope_b + proj_b, self.tp_comm(False, 0, msg), (n1b,)]
+            fwd = [n1, attn_core, *core_f, (out,), self.tp_comm(True, 1, msg), r1]
+            bwd = [r1b, (out_b, out_w), *core_b, rope_b + proj_b, self.tp_comm(False, 0, msg), n1b]
         cores = tuple(x for x in core_f if not isinstance(x, Comm))
         return [x for x in fwd if x is not None], [x for x in bwd if x is not None], cores
 
@@ -110,10 +113,13 @@ class Attention(MLAProjections):
         s, d = sq, qk_dim
         sq_e = b * heads * s * s
         qk = Op("attn_scores", "gemm", "F", 2.0 * b * heads * s * s * d, ACT_BYTES * (2 * b * heads * s * d + sq_e), (s, s, d), 2.0 * b * heads * s * s * d)
-        drop = 1 if self.gpt else 0
-        sm = self.mem("softmax" + ("_dropout" if drop else ""), ACT_BYTES * 2 * sq_e + drop * (ACT_BYTES * 2 * sq_e + sq_e))
+        # scale + causal mask + softmax (fused: Megatron's scaled_upper_triang_masked_softmax), then
+        # attention dropout (GPT), always its own kernel
+        drop = self.nongemm("dropout", "attn_dropout", sq_e) if self.gpt else ()
+        sm = self.nongemm("masked_softmax", "softmax", sq_e) + drop
         av = Op("attn_values", "gemm", "F", 2.0 * b * heads * s * s * d, ACT_BYTES * (sq_e + 2 * b * heads * s * d), (s, d, s), 2.0 * b * heads * s * s * d)
         qk_b = Op("attn_scores.bwd", "gemm", "B", 2 * qk.flops, 2 * qk.bytes, (s, s, d), 2 * qk.flops)
-        smb = self.mem(sm.name + ".bwd", ACT_BYTES * 3 * sq_e + drop * (ACT_BYTES * 2 * sq_e + sq_e), "B")
+        dropb = self.nongemm("dropout", "attn_dropout.bwd", sq_e, "B") if self.gpt else ()
+        smb = dropb + self.nongemm("masked_softmax", "softmax.bwd", sq_e, "B")
         av_b = Op("attn_values.bwd", "gemm", "B", 2 * av.flops, 2 * av.bytes, (s, d, s), 2 * av.flops)
-        return (qk, sm, av), (av_b, smb, qk_b)
+        return (qk, *sm, av), (av_b, *smb, qk_b)

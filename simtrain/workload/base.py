@@ -14,6 +14,7 @@ import math
 
 from simtrain.spec.scenario import Scenario
 from simtrain.workload.ir import ACT_BYTES, Comm, Op
+from simtrain.workload.nongemm import flag_of, kernels
 
 
 def padded_vocab(vocab: int, tp: int, divisible_by: int) -> int:
@@ -42,6 +43,7 @@ class LayerDims:
         self.cp_kind = p.cp_kind
         self.b = t.micro_batch_size
         self.flash = t.flash_attention
+        self.fusions = t.fusions
         self.causal = True
         if encoder:
             e = m.encoder
@@ -73,6 +75,22 @@ class LayerDims:
     def mem(self, name: str, nbytes: float, phase: str = "F") -> Op:
         return Op(name, "memory", phase, 0.0, nbytes)
 
+    def nongemm(self, kernel: str, name: str, elements: float, phase: str = "F") -> tuple:
+        """The kernels of a non-GEMM family (`nongemm.KERNELS`) on `elements` elements, fused or
+        not as `training.fusions` says: one memory-bound Op per kernel launch."""
+        flag = flag_of(kernel)
+        return kernels(kernel, name, elements, phase, flag is not None and getattr(self.fusions, flag))
+
+    def residual(self, i: int, elements: float) -> tuple[tuple, tuple]:
+        """(forward, backward) kernels of a layer half's residual: GPT's bias-dropout-add
+        (`dropout_add{i}`), or a plain residual add (`residual_add{i}`: read 2, write 1; its
+        backward 2 passes)."""
+        if self.gpt:
+            name = f"dropout_add{i}"
+            return self.nongemm("bias_dropout_add", name, elements), self.nongemm("bias_dropout_add", name + ".bwd", elements, "B")
+        name = f"residual_add{i}"
+        return (self.mem(name, 3 * ACT_BYTES * elements),), (self.mem(name + ".bwd", 2 * ACT_BYTES * elements, "B"),)
+
     def gemm_fbw(self, name: str, m: float, n: float, k: float, replicated: bool = False) -> tuple[Op, Op, Op]:
         """Forward, input-gradient (m x k x n) and weight-gradient (k x n x m) GEMMs."""
         return (self.gemm(name, m, n, k, replicated=replicated), self.gemm(name + ".dgrad", m, k, n, "B", replicated),
@@ -92,14 +110,14 @@ class LayerDims:
     def ffn(self, tokens: float, width: float, prefix: str) -> tuple[tuple, tuple]:
         """(forward ops, backward ops) of one feed-forward network on `tokens` rows with `width`
         local columns: GeLU (fc1, fc2) or SwiGLU (fused gate/up, down)."""
-        T, h, act_b = tokens, self.h, ACT_BYTES
+        T, h = tokens, self.h
         if self.gpt:
             fc1, fc1_b, fc1_w = self.gemm_fbw(prefix + "fc1", T, width, h)
-            act = self.mem(prefix + "gelu", 2 * act_b * T * width)
-            actb = self.mem(prefix + "gelu.bwd", 3 * act_b * T * width, "B")
+            act = self.nongemm("bias_gelu", prefix + "gelu", T * width)
+            actb = self.nongemm("bias_gelu", prefix + "gelu.bwd", T * width, "B")
         else:
             fc1, fc1_b, fc1_w = self.gemm_fbw(prefix + "fc1_gate_up", T, 2 * width, h)
-            act = self.mem(prefix + "swiglu", 3 * act_b * T * width)
-            actb = self.mem(prefix + "swiglu.bwd", 5 * act_b * T * width, "B")
+            act = self.nongemm("bias_swiglu", prefix + "swiglu", T * width)
+            actb = self.nongemm("bias_swiglu", prefix + "swiglu.bwd", T * width, "B")
         fc2, fc2_b, fc2_w = self.gemm_fbw(prefix + "fc2", T, h, width)
-        return (fc1, act, fc2), (fc2_b, fc2_w, actb, fc1_b, fc1_w)
+        return (fc1, *act, fc2), (fc2_b, fc2_w, *actb, fc1_b, fc1_w)

@@ -7,7 +7,6 @@ value widths the attention core (`attention`) runs with.
 from __future__ import annotations
 
 from simtrain.workload.base import LayerDims
-from simtrain.workload.ir import ACT_BYTES
 
 
 class MLAProjections(LayerDims):
@@ -23,17 +22,17 @@ class MLAProjections(LayerDims):
         f, b = [], []
         if m.q_lora_rank:
             qa = self.gemm_fbw("q_down", T, m.q_lora_rank, h, replicated=True)
-            qn = (self.mem("q_norm", 2 * ACT_BYTES * T * m.q_lora_rank), self.mem("q_norm.bwd", 3 * ACT_BYTES * T * m.q_lora_rank, "B"))
+            qn = (self.nongemm("rmsnorm", "q_norm", T * m.q_lora_rank), self.nongemm("rmsnorm", "q_norm.bwd", T * m.q_lora_rank, "B"))
             qb = self.gemm_fbw("q_up", T, heads * qk, m.q_lora_rank)
-            f += [qa[0], qn[0], qb[0]]
-            b = [qb[1], qb[2], qn[1], qa[1], qa[2]] + b
+            f += [qa[0], *qn[0], qb[0]]
+            b = [qb[1], qb[2], *qn[1], qa[1], qa[2]] + b
         else:
             qb = self.gemm_fbw("q_proj", T, heads * qk, h)
             f += [qb[0]]
             b = [qb[1], qb[2]] + b
         ka = self.gemm_fbw("kv_down", T, m.kv_lora_rank + m.qk_rope_head_dim, h, replicated=True)
-        kn = (self.mem("kv_norm", 2 * ACT_BYTES * T * m.kv_lora_rank), self.mem("kv_norm.bwd", 3 * ACT_BYTES * T * m.kv_lora_rank, "B"))
+        kn = (self.nongemm("rmsnorm", "kv_norm", T * m.kv_lora_rank), self.nongemm("rmsnorm", "kv_norm.bwd", T * m.kv_lora_rank, "B"))
         kb = self.gemm_fbw("kv_up", T, heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank)
-        f += [ka[0], kn[0], kb[0]]
-        b = [kb[1], kb[2], kn[1], ka[1], ka[2]] + b
+        f += [ka[0], *kn[0], kb[0]]
+        b = [kb[1], kb[2], *kn[1], ka[1], ka[2]] + b
         return tuple(f), tuple(b), qk, m.v_head_dim

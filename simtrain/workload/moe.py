@@ -168,8 +168,8 @@ class MoELayers(LayerDims):
         T = self.T
         seq_e = T * h / t if self.sp else T * h
         norm = "layernorm" if self.gpt else "rmsnorm"
-        n2 = self.mem(f"{norm}2", 2 * act_b * seq_e)
-        n2b = self.mem(f"{norm}2.bwd", 3 * act_b * seq_e, "B")
+        n2 = self.nongemm(norm, f"{norm}2", seq_e)
+        n2b = self.nongemm(norm, f"{norm}2.bwd", seq_e, "B")
         tk = self.moe_tokens(shares, ep_rank)
         Tl, E, k = tk["Tl"], moe.num_experts, moe.top_k
         router, router_b, router_w = self.gemm_fbw("router", Tl, E, h)
@@ -214,9 +214,9 @@ class MoELayers(LayerDims):
             sca = [Comm("etp", "reduce_scatter", buf, "etp_rs")]
             gat_b = [Comm("etp", "reduce_scatter", buf, "etp_ag.bwd")]
             sca_b = [Comm("etp", "all_gather", buf, "etp_rs.bwd")]
-        fwd = [(n2, router, topk, perm)] + disp + gat + [ex_f] + sca + comb + [(unperm,)]
+        fwd = [n2 + (router, topk, perm)] + disp + gat + [ex_f] + sca + comb + [(unperm,)]
         # backward: each communication's transpose, in reverse order
-        bwd = [(unpermb,)] + comb_b + sca_b + [ex_b] + gat_b + disp_b + [(permb, topkb, router_b, router_w, n2b)]
+        bwd = [(unpermb,)] + comb_b + sca_b + [ex_b] + gat_b + disp_b + [(permb, topkb, router_b, router_w) + n2b]
         if moe.shared_expert_ffn_hidden_size:
             sh_f, sh_b = self.ffn(T, moe.shared_expert_ffn_hidden_size / t, "shared.")
             if moe.shared_expert_gate:
@@ -227,9 +227,7 @@ class MoELayers(LayerDims):
             sb = [self.tp_comm(False, 3, msg), sh_b, self.tp_comm(False, 2, msg)]
             fwd += [x for x in sf if x is not None]
             bwd = [bwd[0]] + [x for x in sb if x is not None] + bwd[1:]
-        resid_bytes = (3 if not self.gpt else 3.5) * act_b * seq_e
-        r2 = self.mem("dropout_add2" if self.gpt else "residual_add2", resid_bytes)
-        r2b = self.mem(r2.name + ".bwd", 2 * act_b * seq_e, "B")
-        fwd.append((r2,))
-        bwd = [(r2b,)] + bwd
+        r2, r2b = self.residual(2, seq_e)
+        fwd.append(r2)
+        bwd = [r2b] + bwd
         return fwd, bwd

@@ -53,7 +53,9 @@ class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
                 names |= {"q_up", "kv_up", "rotary"}
             if "moe_act" in mods:
                 names |= {"experts.swiglu", "experts.gelu"}
-            ops = tuple(as_recompute(o) for it in fwd_items if isinstance(it, tuple) for o in it if o.name in names)
+            # an unfused family's kernels are named `name/step`
+            ops = tuple(as_recompute(o) for it in fwd_items if isinstance(it, tuple) for o in it
+                        if o.name.split("/")[0] in names)
             recompute = ((ops,) if ops else ()) + (tuple(as_recompute(x) for x in core_f) if "core_attn" in mods else ())
         else:
             recompute = ()
@@ -66,19 +68,17 @@ class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
         seq_e = T * h / t if self.sp else T * h
         act_b = ACT_BYTES
         norm = "layernorm" if self.gpt else "rmsnorm"
-        n2 = self.mem(f"{norm}2", 2 * act_b * seq_e)
-        n2b = self.mem(f"{norm}2.bwd", 3 * act_b * seq_e, "B")
+        n2 = self.nongemm(norm, f"{norm}2", seq_e)
+        n2b = self.nongemm(norm, f"{norm}2.bwd", seq_e, "B")
         core_f, core_b = self.ffn(T, width / t, "")
-        resid_bytes = (3 if not self.gpt else 3.5) * act_b * seq_e
-        r2 = self.mem("dropout_add2" if self.gpt else "residual_add2", resid_bytes)
-        r2b = self.mem(r2.name + ".bwd", 2 * act_b * seq_e, "B")
+        r2, r2b = self.residual(2, seq_e)
         msg = act_b * T * h
         if self.sp:
-            fwd = [(n2,), self.tp_comm(True, 2, msg), core_f, self.tp_comm(True, 3, msg), (r2,)]
-            bwd = [(r2b,), self.tp_comm(False, 3, msg), core_b, self.tp_comm(False, 2, msg), (n2b,)]
+            fwd = [n2, self.tp_comm(True, 2, msg), core_f, self.tp_comm(True, 3, msg), r2]
+            bwd = [r2b, self.tp_comm(False, 3, msg), core_b, self.tp_comm(False, 2, msg), n2b]
         else:
-            fwd = [(n2,) + core_f, self.tp_comm(True, 3, msg), (r2,)]
-            bwd = [(r2b,) + core_b, self.tp_comm(False, 2, msg), (n2b,)]
+            fwd = [n2 + core_f, self.tp_comm(True, 3, msg), r2]
+            bwd = [r2b + core_b, self.tp_comm(False, 2, msg), n2b]
         return [x for x in fwd if x is not None], [x for x in bwd if x is not None]
 
     def embedding(self) -> LayerProgram:
@@ -90,20 +90,21 @@ class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
     def head(self) -> LayerProgram:
         t, T, h, V = self.tp, self.T, self.h, self.V
         seq_e = T * h / t if self.sp else T * h
-        norm = self.mem("final_norm", 2 * ACT_BYTES * seq_e)
-        normb = self.mem("final_norm.bwd", 3 * ACT_BYTES * seq_e, "B")
+        kind = "layernorm" if self.gpt else "rmsnorm"
+        norm = self.nongemm(kind, "final_norm", seq_e)
+        normb = self.nongemm(kind, "final_norm.bwd", seq_e, "B")
         lm, lm_b, lm_w = self.gemm_fbw("lm_head", T, V / t, h)
-        ce = self.mem("cross_entropy", 3 * 4 * T * V / t)        # fp32 logits: max, exp-sum, loss
-        ceb = self.mem("cross_entropy.bwd", 2 * 4 * T * V / t, "B")
+        ce = self.nongemm("cross_entropy", "cross_entropy", T * V / t)      # over this rank's vocabulary shard
+        ceb = self.nongemm("cross_entropy", "cross_entropy.bwd", T * V / t, "B")
         msg = ACT_BYTES * T * h
         # vocab-parallel LM head: with SP the sequence-sharded input is all-gathered (forward) and its
         # gradient reduce-scattered (backward); without SP the input is replicated and only the
         # input gradient needs an all-reduce.
-        items_f, items_b = [(norm,)], [(ceb, lm_b, lm_w)]
+        items_f, items_b = [norm], [ceb + (lm_b, lm_w)]
         if t > 1 and self.sp:
             items_f.append(Comm("tp", "all_gather", msg, "tp_head_in"))
         if t > 1:
             items_b.append(Comm("tp", "reduce_scatter" if self.sp else "all_reduce", msg, "tp_head_grad"))
-        items_f.append((lm, ce))
-        items_b.append((normb,))
+        items_f.append((lm,) + ce)
+        items_b.append(normb)
         return with_split(LayerProgram(tuple(items_f), tuple(items_b), ()), h, t if self.sp else 1)
