@@ -177,6 +177,19 @@ def test_export_round_trip(tmp_path):
     assert back["parallel"] == want["parallel"]
 
 
+def test_megatron_fusion_switches_round_trip(tmp_path):
+    """Megatron's --no-*-fusion switches and --cross-entropy-loss-fusion map onto training.fusions
+    (their names in megatron/training/arguments.py), and export back to the same switches."""
+    src = ROOT / "scenarios" / "mixtral-8x7b-h100-64.yaml"
+    sc, _ = load_scenario(src)
+    args = " ".join(megatron.to_args(sc.resolved())) + " --no-bias-swiglu-fusion --no-rope-fusion --cross-entropy-loss-fusion"
+    t = run_import(tmp_path, "megatron", "--args", args, "--world-size", "64", *H100, "--name", sc.name)
+    assert t["training"]["fusions"] == {"bias_swiglu": False, "rope": False, "cross_entropy": True}
+    back = megatron.to_args(loaded(tmp_path).resolved())
+    assert {"--no-bias-swiglu-fusion", "--no-rope-fusion", "--cross-entropy-loss-fusion"} <= set(back)
+    assert "--no-bias-gelu-fusion" not in back
+
+
 # -- DeepSpeed ------------------------------------------------------------------------------
 
 def _hf(tmp_path: Path) -> str:

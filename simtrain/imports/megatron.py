@@ -378,6 +378,11 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
         flash = str(backend) in ("flash", "fused", "auto")
     training = {"micro_batch_size": mb, "global_batch_size": gb, "precision": prec, "recompute": recompute,
                 "flash_attention": flash}
+    fusions = {key: False for flag, key in _FUSION_OFF_FLAGS.items() if _flag(f, flag)}
+    if _flag(f, "--cross-entropy-loss-fusion"):
+        fusions["cross_entropy"] = True
+    if fusions:
+        training["fusions"] = fusions
 
     for name, why in _REFUSED.items():
         if f.has(name) and name not in f.used and f.values[name] not in (None, False, "0"):
@@ -388,6 +393,12 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
     f.warn_ignored("arguments")
     name = opts.name or Path(file).stem
     return drop_none({"name": name, "model": model, "training": training, "parallel": par, "cluster": cluster})
+
+
+_FUSION_OFF_FLAGS = {"--no-bias-gelu-fusion": "bias_gelu", "--no-bias-swiglu-fusion": "bias_swiglu",
+                     "--no-bias-dropout-fusion": "bias_dropout_add", "--no-masked-softmax-fusion": "masked_softmax",
+                     "--no-rope-fusion": "rope"}
+"""Megatron-LM's switches that turn a kernel fusion off (megatron/training/arguments.py), by training.fusions key."""
 
 
 def errs_note(file: str, note: str) -> None:
@@ -465,4 +476,10 @@ def to_args(tree: dict[str, Any]) -> list[str]:
             add("--recompute-method", "uniform")
             add("--recompute-num-layers", 1)
     add("--attention-backend", "flash" if t.get("flash_attention", True) else "unfused")
+    fus = t.get("fusions") or {}
+    for flag, key in _FUSION_OFF_FLAGS.items():
+        if fus.get(key) is False:
+            add(flag)
+    if fus.get("cross_entropy"):
+        add("--cross-entropy-loss-fusion")
     return a
