@@ -8,6 +8,7 @@ from conftest import ROOT, shipped_run
 
 from simtrain.cost.roofline import CalibratedRoofline
 from simtrain.hardware.devices import _raw, find_profile, get_device, load_profile
+from simtrain.network.nccl_tuning import borrowed_note, compcap_of
 from simtrain.simulate import simulate
 from simtrain.spec.loading import load_scenario
 from simtrain.units import parse_bandwidth, parse_bytes, parse_flops
@@ -91,6 +92,8 @@ def test_shipped_mlu_scenario_runs_on_the_preset_and_on_the_profile(tmp_path):
     _, _, run = shipped_run("llama3-8b-mlu370-32")
     assert run.result.step_time_s > 0
     assert any("borrowed from a100-sxm4-80gb" in x for x in run.result.coverage)
+    assert any(x.startswith("mlu370-x8: collectives borrowed: NCCL's tuning model with its Ampere (A100)")
+               for x in run.result.coverage)
     doc = yaml.safe_load((ROOT / "scenarios" / "llama3-8b-mlu370-32.yaml").read_text())
     doc["cluster"]["device_profile"] = "mlu370-x8-spec"
     p = tmp_path / "mlu370-profile.yaml"
@@ -99,3 +102,12 @@ def test_shipped_mlu_scenario_runs_on_the_preset_and_on_the_profile(tmp_path):
     r = simulate(sc, topo).result
     assert r.step_time_s == run.result.step_time_s
     assert any("uncalibrated" in x for x in r.coverage)
+
+
+def test_collectives_on_cambricon_fabrics_are_labelled_as_borrowed_from_ampere_nccl():
+    """An MLU fabric gets NCCL's tuner with the constants of its fallback generation, which is
+    the A100's (Ampere) index, so the note says Ampere; a measured collective table, or an NVIDIA
+    device (whose library is NCCL), gets no such note."""
+    assert compcap_of("mlu mlu370-x8") == compcap_of("gpu dgx-a100") == 1
+    assert "Ampere (A100)" in borrowed_note("Cambricon", False)
+    assert borrowed_note("Cambricon", True) is None and borrowed_note("NVIDIA", False) is None
