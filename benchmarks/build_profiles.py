@@ -87,7 +87,8 @@ def table(e: dict) -> dict:
 
 def main() -> int:
     if not DATA.exists():
-        print(f"{DATA} is absent; the shipped profiles stay as they are")
+        print(f"{DATA} is absent; the collective profiles stay as they are")
+        write_uncalibrated()
         return 0
     sweeps = {e["id"]: e for e in yaml.safe_load(DATA.read_text()) if e.get("kind") == "sweep"}
     for name, (base, ids) in PROFILES.items():
@@ -104,14 +105,42 @@ def main() -> int:
         doc["interference"] = interference(base.split("-")[0])
         (OUT / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
         print(f"wrote {OUT / (name + '.yaml')}")
+    write_uncalibrated()
+    return 0
+
+
+def spec_values(base: str) -> list:
+    """Every number an uncalibrated profile prices with, each with the source the preset gives it:
+    the peaks, memory and host link of the preset itself, and the efficiency curves, which are the
+    preset's own or borrowed (then the preset's `borrows_notes` says from what and what was searched)."""
+    from simtrain.hardware.devices import _raw, get_device
+    d, dev = _raw()[base], get_device(base)
+    peak_src = d["source"] + (f" ({d['peak_notes']})" if d.get("peak_notes") else "")
+    rows = [{"key": f"peak.{k}", "value": v, "source": peak_src, "confidence": d["confidence"]} for k, v in d["peak"].items()]
+    rows += [{"key": "memory.capacity", "value": d["memory"]["capacity"], "source": d["capacity_source"], "confidence": d["confidence"]},
+             {"key": "memory.bandwidth", "value": d["memory"]["bandwidth"], "source": d["source"], "confidence": d["confidence"]},
+             {"key": "host_link.bandwidth", "value": d["host_link"]["bandwidth"], "source": d["host_link"]["source"],
+              "confidence": "low" if d["host_link"]["source"].startswith("assumed") else d["confidence"]}]
+    borrowed = d.get("borrows_notes", "")
+    curves = [("gemm.16bit", dev.gemm["16bit"].origin, dev.gemm["16bit"].source),
+              ("memory_bound.efficiency", dev.mem_origin, f"{dev.mem_efficiency:.4f} of the datasheet bandwidth"),
+              ("flash_attention", dev.flash.origin, dev.flash.source)]
+    for key, origin, src in curves:
+        own = origin == base
+        rows.append({"key": key, "value": f"curve of {origin}", "source": src if own else f"{borrowed} [{origin}: {src}]",
+                     "confidence": d["confidence"] if own else "low (borrowed)"})
+    return rows
+
+
+def write_uncalibrated() -> None:
     for name, base in UNCALIBRATED.items():
         doc = {"schema": PROFILE_SCHEMA, "device": name, "base": base, "status": "uncalibrated",
                "provenance": {"built_by": "benchmarks/build_profiles.py",
-                              "note": "specifications only (the preset); no public microbenchmark exists. "
-                                      "Run simtrain bench on an MLU and simtrain calibrate to replace it."}}
-        (OUT / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+                              "note": "specifications only (the preset); no public Cambricon microbenchmark exists "
+                                      "(docs/modelling/mlu.md). Run simtrain bench on an MLU and simtrain calibrate to replace it.",
+                              "values": spec_values(base)}}
+        (OUT / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=4096))
         print(f"wrote {OUT / (name + '.yaml')}")
-    return 0
 
 
 if __name__ == "__main__":

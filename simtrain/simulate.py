@@ -29,6 +29,7 @@ from simtrain.engine import core as engine
 from simtrain.hardware.devices import device_of, get_device
 from simtrain.hardware.topology import Topology
 from simtrain.network.backend import NetworkBackend
+from simtrain.network.nccl_tuning import borrowed_note
 from simtrain.network.registry import backend_for
 from simtrain.plan.grid import RankClass, RankGrid, equivalence_classes, placement_of
 from simtrain.plan.heterogeneity import DeviceFactors, device_factors, variability_of
@@ -349,6 +350,7 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
         simulated_classes=len(classes),
         simulated_ops=len(ops),
         coverage=sorted(costs.coverage | {f"{dev.key}: {n}" for n in network.notes}
+                        | {f"{dev.key}: {n}" for n in (borrowed_note(dev.vendor, bool(dev.collectives)),) if n}
                         | ({f"variability: compute x{var.factor:.4f}, the slowest of {var.group:,} devices at sigma "
                             f"{var.sigma:.2%} ({var.source})"} if var is not None else set())),
         calibration_warnings=sorted(getattr(costs, "outside", set()) | {f"{dev.key}: {n}" for n in network.notes}),

@@ -347,6 +347,18 @@ def inputs_for(nodes: int, ranks: int, intra_gbps: float, node_net_gbps: float, 
     return Inputs(nodes, ranks, channels, bw_intra, bw_inter, compcap, amd, nvls)
 
 
+def borrowed_note(vendor: str, measured: bool) -> str | None:
+    """The coverage note of a device whose collective library is not NCCL and has no measured
+    collective table: its algorithm and protocol are NCCL's tuner's choice with the constants of
+    the generation `compcap_of` falls back to (Ampere, A100), and its fabric is uncalibrated.
+    Cambricon only: no public CNCL tuning table or all-reduce sweep was found (docs/modelling/mlu.md)."""
+    if vendor != "Cambricon" or measured:
+        return None
+    return ("collectives borrowed: NCCL's tuning model with its Ampere (A100) constants picks the algorithm and "
+            "protocol and prices the protocols for CNCL (no public CNCL tuning table or collective measurement "
+            "found); fabric efficiencies uncalibrated (1.0)")
+
+
 def compcap_of(device_name: str) -> int:
     """NCCL's compute-capability index of a device: 2 Hopper and later, 1 Ampere, 0 older."""
     d = device_name.lower()
