@@ -8,7 +8,8 @@ PACKAGE = ROOT / "simtrain"
 # Imported where they are used: torch and torch_mlu only measure (`simtrain bench`), dask only
 # runs sweeps on a cluster, so simulating needs none of them; matplotlib is required but only
 # commands that draw pay for it (importing pyplot doubles the command line's 0.6 s start-up)
-DEFERRED = {"torch", "torch_mlu", "dask", "distributed", "matplotlib", "chakra"}   # chakra: the optional Chakra export
+# chakra and google (its protobuf runtime): the optional Chakra export and replay
+DEFERRED = {"torch", "torch_mlu", "dask", "distributed", "matplotlib", "chakra", "google"}
 
 
 def module_name(path) -> str:

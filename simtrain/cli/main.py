@@ -40,7 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("scenario")
     r.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help=SET_HELP)
     r.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
-    r.add_argument("--out", metavar="DIR", help="write result.json, scenario.resolved.yaml, trace.json, timeline.png")
+    r.add_argument("--out", metavar="DIR", help="write result.json, scenario.resolved.yaml, trace.json, timeline.png, report.html")
+    r.add_argument("--workload", metavar="chakra:DIR",
+                   help="replay a Chakra execution trace (DIR or DIR/PREFIX of <prefix>.<rank>.et, ASTRA-sim's input) "
+                        "instead of the scenario's model: the scenario gives the cluster, network and device")
+    r.add_argument("--trace-durations", action="store_true",
+                   help="with --workload: every compute node at its recorded duration, even where it gives num_ops")
     r.set_defaults(fn=cmd_run)
     cp = sub.add_parser("compare", help="simulate variants of a scenario (sweep keys with comma-separated values) and compare them")
     cp.add_argument("scenario")

@@ -10,7 +10,9 @@ from pathlib import Path
 import yaml
 
 from simtrain import __version__
+from simtrain.cli.replay import cmd_run_chakra, workload_source
 from simtrain.cli.rl import cmd_run_rl, is_rl_path
+from simtrain.errors import ConfigError, Problem
 from simtrain.hardware.topology import Topology
 from simtrain.imports.dispatch import load_foreign
 from simtrain.results.figures import timeline_png
@@ -109,6 +111,11 @@ def _write_out(out: Path, args: argparse.Namespace, sc: Scenario, topo: Topology
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if getattr(args, "workload", None):
+        workload_source(args.workload)          # a bad source fails before the scenario loads
+        return cmd_run_chakra(args, *load(args))
+    if getattr(args, "trace_durations", False):
+        raise ConfigError([Problem("--trace-durations", "", "only applies to a replayed trace", "add --workload chakra:DIR, or drop the flag")])
     if is_rl_path(args.scenario):
         return cmd_run_rl(args)
     if args.out:

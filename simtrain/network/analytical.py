@@ -14,7 +14,7 @@ from simtrain.hardware.topology import Topology
 from simtrain.network.backend import CollectiveChoice, Timing
 from simtrain.network.collectives import Cost, LoadedShape, choose, p2p_time
 from simtrain.network.nccl_tuning import policy_of
-from simtrain.plan.grid import GroupShape, RankClass, RankGrid
+from simtrain.plan.grid import GroupShape, RankClass, RankGrid, group_shape
 from simtrain.spec.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -67,8 +67,19 @@ class AnalyticalBackend:
             pick = self.chosen[key] = self.shape_cost(collective, nbytes, shape)
         return Timing(pick.seconds)
 
+    def group_collective(self, collective: str, nbytes: float, devices: tuple) -> Timing:
+        shape = group_shape(devices, self.topo)
+        key = ("group", collective, nbytes, shape)
+        pick = self.chosen.get(key)
+        if pick is None:
+            pick = self.chosen[key] = self.shape_cost(collective, nbytes, shape)
+        return Timing(pick.seconds)
+
     def transfer(self, nbytes: float, link_class: str) -> float:
         return p2p_time(nbytes, link_class, self.topo)
+
+    def p2p(self, src: int, dst: int, nbytes: float) -> Timing:
+        return Timing(self.transfer(nbytes, self.topo.link_class_name(src, dst)))
 
     def sends(self, c: RankClass, peer: int, nbytes: float, link_class: str) -> Timing:
         # every rank has its own link to its peer: the class's sends do not meet

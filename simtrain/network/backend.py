@@ -69,6 +69,16 @@ class NetworkBackend(Protocol):
         pipeline group, all at once, over links of `link_class`."""
         ...
 
+    def group_collective(self, collective: str, nbytes: float, devices: tuple) -> Timing:
+        """A collective of `nbytes` (the nccl-tests buffer) over one explicit group of devices,
+        run by its members alone (a replayed trace's process group). Each member's op carries
+        1/len(devices) of the group's link load."""
+        ...
+
+    def p2p(self, src: int, dst: int, nbytes: float) -> Timing:
+        """One point-to-point transfer of `nbytes` from device src to device dst."""
+        ...
+
     def choices(self) -> list:
         """The CollectiveChoice of every distinct collective timed so far."""
         ...

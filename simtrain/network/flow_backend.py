@@ -72,8 +72,28 @@ class FlowBackend:
             hit = self.stats[key] = (cost.seconds, moved, sat, cost)
         return Timing(hit[0], self.load(key, c.multiplicity / self.per_stage), key)
 
+    def group_collective(self, collective: str, nbytes: float, devices: tuple) -> Timing:
+        """The group's collective run by its members alone; each member carries 1/size of its load."""
+        key = ("group", collective, nbytes, tuple(devices))
+        hit = self.stats.get(key)
+        if hit is None:
+            cost, moved, sat = self.net.select(collective, nbytes, [list(devices)], self.algo(collective),
+                                               self.protocol, self.nccl)
+            hit = self.stats[key] = (cost.seconds, moved, sat, cost)
+        return Timing(hit[0], self.load(key, 1.0 / len(devices)), key)
+
     def transfer(self, nbytes: float, link_class: str) -> float:
         return p2p_time(nbytes, link_class, self.topo)
+
+    def p2p(self, src: int, dst: int, nbytes: float) -> Timing:
+        """The link class's latency plus the flow's time over its route."""
+        key = ("p2p1", src, dst, nbytes)
+        hit = self.stats.get(key)
+        if hit is None:
+            data, moved, sat, _ = self.net.phase([Transfer(src, dst, nbytes)])
+            t = self.topo._link_by_class(self.topo.link_class_name(src, dst)).latency + data
+            hit = self.stats[key] = (t, moved, sat, None)
+        return Timing(hit[0], self.load(key, 1.0), key)
 
     def sends(self, c: RankClass, peer: int, nbytes: float, link_class: str) -> Timing:
         """The link class's latency plus the time of the class's flows sharing the fabric."""
@@ -90,6 +110,9 @@ class FlowBackend:
         out = []
         for key, (_, _, _, cost) in self.stats.items():
             if cost is None:           # a pipeline send
+                continue
+            if key[0] == "group":      # an explicit group (a replayed trace)
+                out.append(CollectiveChoice("group", key[1], key[2], len(key[3]), None, cost))
                 continue
             coll, n, kind, stage = key
             out.append(CollectiveChoice(kind, coll, n, len(self.groups[(kind, stage)][0]), stage, cost))

@@ -27,6 +27,9 @@ class EOp:
     transient: float = 0.0    # bytes held only while the op runs
     inflight: int = 0         # +1 at start (a microbatch-chunk's activations come alive), -1 at end
     bytes: float = 0.0        # communication size (for the trace)
+    flops: float = 0.0        # compute: FLOPs executed (the Chakra export's num_ops; exact on unfused
+                              # programs, simulate(fuse=False), which the export runs)
+    mem_bytes: float = 0.0    # compute: bytes read and written (the Chakra export's tensor_size)
     order: float = -1.0       # position on its stream (defaults to the id)
     load: tuple = ()          # ((link, fraction of its capacity used when alone), ...): shared with overlapping ops
     net_key: object = None    # the network backend's key of the collective or transfer (its link report)

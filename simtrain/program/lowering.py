@@ -279,11 +279,14 @@ class ClassLowering:
                     last.fused = (last.fused or (("compute", last.category, last.duration, own_raw),)) + (
                         ("compute", category, d, label),)
                     last.duration += d
+                    last.flops += sum(o.flops for o in it)
+                    last.mem_bytes += sum(o.bytes for o in it)
                     continue
                 if last is not None and last.stream != "compute":
                     deps = deps + [last.id]
                 last = low._new(c, stream="compute", kind="compute", category=category, duration=d,
-                                label=prefix + label, mb=a.microbatch, chunk=a.chunk, deps=list(deps), transient=transient)
+                                label=prefix + label, mb=a.microbatch, chunk=a.chunk, deps=list(deps), transient=transient,
+                                flops=sum(o.flops for o in it), mem_bytes=sum(o.bytes for o in it))
                 own, own_raw = last.id, label
                 deps = []
         if key is not None and last is not None and len(low.ops) == n0 + 1 and last.id == own and not deps:
@@ -311,7 +314,8 @@ class ClassLowering:
             cdeps = ([prev_x.id] if prev_x is not None else [d_ for d_ in start if low.ops[d_].stream != "compute"])
             out = low._new(c, stream="compute", kind="compute", category=category, duration=d,
                            label=f"{category}{a.microbatch}" + (f".{a.chunk}" if self.sched.chunks > 1 else "") + f":ring{i}:{label}",
-                           mb=a.microbatch, chunk=a.chunk, deps=cdeps, transient=transient)
+                           mb=a.microbatch, chunk=a.chunk, deps=cdeps, transient=transient,
+                           flops=sum(o.flops for o in ring.segment), mem_bytes=sum(o.bytes for o in ring.segment))
             prev_x = x if i < ring.steps - 1 else None
         return out
 

@@ -43,6 +43,8 @@ def merge_chains(ops: list[EOp]) -> list[EOp]:
             a.fused = (a.fused or (("compute", a.category, a.duration, a.label),)) + (
                 b.fused or (("compute", b.category, b.duration, b.label),))
             a.duration += b.duration
+            a.flops += b.flops
+            a.mem_bytes += b.mem_bytes
             a.free += b.free
             a.inflight += b.inflight
             refs[a.id] = refs[b.id]

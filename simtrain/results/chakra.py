@@ -5,7 +5,8 @@ package's own protobuf schema (`chakra.schema.protobuf.et_def_pb2`) and framing
 
 Field conventions, from mlcommons/chakra (schema/protobuf/et_def.proto, src/feeder/et_feeder_node.cpp)
 and astra-sim/astra-sim (astra-sim/workload/Workload.cc):
-  COMP_NODE       duration_micros; attrs is_cpu_op (bool)
+  COMP_NODE       duration_micros; attrs is_cpu_op (bool), num_ops (int64: the op's FLOPs),
+                  tensor_size (uint64: the bytes its operators read and write)
   COMM_COLL_NODE  comm_type (int64, CollectiveCommType), comm_size (int64: the rank's input buffer,
                   as Chakra's PyTorch converter counts it, so an all-gather's is the shard),
                   pg_name (string holding the integer group id of comm_group.json; ids start at 1,
@@ -164,6 +165,10 @@ def write_chakra(ops: list[EOp], tl: Timeline, classes: list[RankClass], grid: R
             dep = None
             if o.kind == "compute":
                 n.type = pb.COMP_NODE
+                # what the op computes and moves, for ASTRA-sim's roofline and simtrain's replay
+                # (the unfused ops of the export are one segment of operators each)
+                n.attr.extend([Attr(name="num_ops", int64_val=int(round(o.flops))),
+                               Attr(name="tensor_size", uint64_val=int(round(o.mem_bytes)))])
             elif o.kind == "send":
                 n.type = pb.COMM_SEND_NODE
                 n.attr.extend([Attr(name="comm_size", int64_val=int(round(o.bytes))), Attr(name="comm_tag", int32_val=o.id)])

@@ -29,7 +29,7 @@ from simtrain.errors import ConfigError, Problem
 from simtrain.results.io import write_atomic
 from simtrain.units import fmt_bytes, fmt_time
 
-KINDS = ("run", "rl", "compare", "search", "rl-search")
+KINDS = ("run", "rl", "compare", "search", "rl-search", "replay")
 REPORT = "report.html"
 GiB = 2.0**30
 
@@ -40,6 +40,7 @@ FIGURES = {
     "compare": (("compare.png", "The variants' pipeline timelines, step time and peak memory"),),
     "search": (("search.png", "Step time against peak memory of every simulated plan; the Pareto front marked"),),
     "rl-search": (("search.png", "Steady-state step time of the best candidates, coloured by placement"),),
+    "replay": (),
 }
 
 CSS = """
@@ -266,7 +267,34 @@ def search_sections(out: Path) -> list:
             ("Best plan", text_file(out / "best.yaml", "the scenario with the best plan applied"))]
 
 
-SECTIONS = {"run": run_sections, "rl": rl_sections, "compare": compare_sections, "search": search_sections,
+def replay_sections(out: Path) -> list:
+    """A replayed execution trace: summary, the busiest rank's split, every rank's, the collectives."""
+    r = _json(out / "result.json")
+    step = r["step_time_s"]
+    cf = r["compute_from"]
+    rows = [("trace", f"{r['trace']} ({r['prefix']}.<rank>.et)"), ("ranks", n(r["ranks"])),
+            ("nodes", ", ".join(f"{v:,} {k}" for k, v in r["nodes"].items())),
+            ("compute nodes priced", f"{cf['trace_duration']:,} at their recorded duration, {cf['cost_model']:,} by the cost model"),
+            ("device", r["device"]), ("topology", r["topology"]), ("network backend", r["network_backend"]),
+            ("step time", t(step))]
+    parts = [("compute", r["compute_s"]), ("exposed communication", r["exposed_comm_s"]), ("idle", r["idle_s"])]
+    ranks = [(Cell(str(x["rank"]), x["rank"]), x["device"], t(x["compute_s"]), t(x["exposed_comm_s"]), t(x["idle_s"]), t(x["comm_s"]))
+             for x in r["per_rank"][:256]]
+    colls = [(c["collective"], b(c["bytes"]), n(c["group_size"]), c["algorithm"], c["protocol"], t(c["seconds"]))
+             for c in r["collectives"]]
+    return [
+        ("Summary", table(("quantity", "value"), rows, "summary")),
+        (f"Where the step goes (rank {r['busiest_rank']}, the most compute)",
+         table(("part", "time", "share of step"), [(k, t(v), _share(v, step)) for k, v in parts], "breakdown")),
+        ("Per rank" + (" (the first 256)" if len(r["per_rank"]) > 256 else ""),
+         table(("rank", "device", "compute", "exposed comm", "idle", "comm running"), ranks, "ranks")),
+        ("Collectives (each distinct one, as the network backend ran it)",
+         table(("collective", "buffer", "group", "algorithm", "protocol", "time alone"), colls, "collectives")),
+        ("Coverage notes (costs not backed by a direct measurement)", notes(r.get("coverage") or [])),
+    ]
+
+
+SECTIONS = {"replay": replay_sections, "run": run_sections, "rl": rl_sections, "compare": compare_sections, "search": search_sections,
             "rl-search": search_sections}
 
 

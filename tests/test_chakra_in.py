@@ -1,0 +1,232 @@
+"""Chakra execution traces in (`simtrain run SCENARIO --workload chakra:DIR`): ASTRA-sim's own
+example traces (tests/data/astra-sim, MIT) replayed on a one-node fabric of round numbers, their
+step derived by hand; a simtrain export replayed back; the flow backend; broken traces."""
+import json
+import shutil
+
+import pytest
+from conftest import ROOT, node_topology, small_scenario
+
+from simtrain.cli.main import main
+
+pytest.importorskip("chakra.schema.protobuf.et_def_pb2", reason="mlc-chakra is not installed (pip install 'simtrain[chakra]')")
+
+from chakra.schema.protobuf import et_def_pb2 as pb  # noqa: E402
+from chakra.src.third_party.utils import protolib  # noqa: E402
+
+from simtrain.errors import ConfigError  # noqa: E402
+from simtrain.program.chakra import read_trace  # noqa: E402
+from simtrain.replay import replay_chakra  # noqa: E402
+from simtrain.simulate import simulate  # noqa: E402
+from simtrain.spec.loading import load_scenario  # noqa: E402
+
+ASTRA = ROOT / "tests" / "data" / "astra-sim"
+US = 1e-6
+B = 100e9                      # node_topology: 100 GB/s scale-up links, efficiency 1
+
+
+def cluster(tmp_path, ring_simple=True, backend="analytical"):
+    """A scenario whose cluster is one node of 8 devices, 100 GB/s / 2 us, no protocol latencies."""
+    topo = node_topology(tmp_path, 8)
+    net = {"backend": backend}
+    if ring_simple:
+        net.update({"nccl_algo": "Ring", "nccl_proto": "Simple"})
+    path = small_scenario(tmp_path, topo, parallel={"tp": 1, "pp": 1, "dp": 8}, network=net)
+    return load_scenario(path)
+
+
+def test_astra_sim_all_reduce_microbenchmark(tmp_path):
+    sc, topo = cluster(tmp_path)
+    r = replay_chakra(ASTRA / "all_reduce_8npus_1MB", sc, topo).result
+    assert r.ranks == 8 and r.nodes == {"coll": 8}
+    # ring all-reduce without protocol latency: 2 (p - 1) / p x 1 MiB / 100 GB/s
+    assert r.step_time_s == pytest.approx(2 * 7 / 8 * 2**20 / B, rel=1e-9)
+    assert [(c.collective, c.nbytes, c.group_size, c.algorithm) for c in r.collectives] == [("all_reduce", 2**20, 8, "ring")]
+    assert all(x.exposed_comm_s == pytest.approx(r.step_time_s) and x.compute_s == 0 for x in r.per_rank)
+
+
+def test_astra_sim_all_gather_size_is_per_rank(tmp_path):
+    """ASTRA-sim's ring takes an all-gather's comm_size as each rank's part (Ring.cc:
+    final_data_size = data_size x nodes), so the gathered buffer is 8 MiB."""
+    sc, topo = cluster(tmp_path)
+    r = replay_chakra(ASTRA / "all_gather_8npus_1MB", sc, topo).result
+    assert r.collectives[0].nbytes == 8 * 2**20
+    assert r.step_time_s == pytest.approx(7 / 8 * 8 * 2**20 / B, rel=1e-9)
+
+
+def test_astra_sim_ring_of_sends_and_receives(tmp_path):
+    """ASTRA-sim's custom ring all-reduce: per rank 14 sends of 1 MiB / 8 to the next rank, each
+    after the previous step's receive (and, on alternate steps, a 7 us reduction node). Every rank
+    runs the same chain, so the step is 14 transfers of 2 us + 128 KiB / 100 GB/s plus 7 x 7 us."""
+    sc, topo = cluster(tmp_path)
+    run = replay_chakra(ASTRA / "custom_allreduce_8npus_1MB", sc, topo)
+    r = run.result
+    assert r.nodes == {"comp": 56, "recv": 112, "send": 112}
+    assert r.compute_from == {"trace_duration": 56, "cost_model": 0}
+    transfer = 2 * US + 2**17 / B
+    assert r.step_time_s == pytest.approx(14 * transfer + 7 * 7 * US, rel=1e-9)
+    for x in r.per_rank:
+        assert x.compute_s == pytest.approx(49 * US, rel=1e-9)
+        assert x.compute_s + x.exposed_comm_s + x.idle_s == pytest.approx(r.step_time_s, rel=1e-9)
+
+
+def test_flow_backend_replays_the_same_uncontended_ring(tmp_path):
+    sc, topo = cluster(tmp_path, backend="flow")
+    r = replay_chakra(ASTRA / "custom_allreduce_8npus_1MB", sc, topo).result
+    assert r.network_backend == "flow"
+    # one flow per link at a time: the flow backend's time is the closed form's
+    assert r.step_time_s == pytest.approx(14 * (2 * US + 2**17 / B) + 49 * US, rel=1e-6)
+
+
+def test_export_then_replay_gives_the_simulated_step(tmp_path, plain_topology):
+    """simtrain's own export, replayed on the cluster it was simulated on: the compute nodes keep
+    their exported durations (--trace-durations) and every collective and send is timed again by
+    the same backend, so the replayed step is the simulated one (to the microsecond rounding of
+    Chakra's duration_micros)."""
+    path = small_scenario(tmp_path, plain_topology, parallel={"tp": 2, "pp": 2, "dp": 2}, nodes=2)
+    out = tmp_path / "et"
+    assert main(["export", "chakra", str(path), "-o", str(out)]) == 0
+    sc, topo = load_scenario(path)
+    step = simulate(sc, topo, fuse=False).result.step_time_s
+    r = replay_chakra(out, sc, topo, trace_durations=True).result
+    n_comp = r.compute_from["trace_duration"]
+    assert r.ranks == 8 and n_comp > 0 and r.compute_from["cost_model"] == 0
+    assert abs(r.step_time_s - step) <= n_comp / 8 * 0.5e-6 + 1e-9
+    # without the flag the exported num_ops / tensor_size go through the cost model instead
+    priced = replay_chakra(out, sc, topo).result
+    assert priced.compute_from["cost_model"] > 0
+
+
+def test_export_writes_flops_and_bytes_of_compute_nodes(tmp_path, plain_topology):
+    """Every exported compute node carries num_ops and tensor_size, and over the files they add
+    up to the FLOPs of the simulated program's compute ops (the sum of its operators' FLOPs: tp 2
+    x dp 2 ranks, every rank writing its own file) -- and come within 5 % of the step's hardware-FLOP
+    count, a closed form over the model rather than a sum over the program's operators."""
+    path = small_scenario(tmp_path, plain_topology, parallel={"tp": 2, "pp": 1, "dp": 2})
+    out = tmp_path / "et"
+    assert main(["export", "chakra", str(path), "-o", str(out)]) == 0
+    sc, topo = load_scenario(path)
+    run = simulate(sc, topo, fuse=False)
+    per_class = {c.id: c.multiplicity for c in run.classes}
+    program = sum(o.flops * per_class[o.cls] for o in run.ops if o.kind == "compute")
+    total = 0
+    for f in sorted(out.glob("*.et")):
+        with open(f, "rb") as fh:
+            protolib.decodeMessage(fh, pb.GlobalMetadata())
+            while True:
+                n = pb.Node()
+                if not protolib.decodeMessage(fh, n):
+                    break
+                if n.type == pb.COMP_NODE:
+                    a = {x.name: getattr(x, x.WhichOneof("value")) for x in n.attr}
+                    assert "num_ops" in a and "tensor_size" in a
+                    total += a["num_ops"]
+    assert total == pytest.approx(program, rel=1e-9)
+    assert total == pytest.approx(run.result.hardware_flops_per_step, rel=0.05)
+
+
+def test_cli_run_json_and_out(tmp_path):
+    topo = node_topology(tmp_path, 8)
+    path = small_scenario(tmp_path, topo, parallel={"tp": 1, "pp": 1, "dp": 8})
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--workload", f"chakra:{ASTRA / 'custom_allreduce_8npus_1MB'}", "--out", str(out)]) == 0
+    d = json.loads((out / "result.json").read_text())
+    assert d["workload"] == "chakra" and d["ranks"] == 8 and len(d["per_rank"]) == 8
+    page = (out / "report.html").read_text()
+    assert "replayed step" in page and "http" not in page.split("<body>")[1].replace("https://", "")
+    ev = json.loads((out / "trace.json").read_text())["traceEvents"]
+    assert sum(1 for e in ev if e["ph"] == "X") == 280
+
+
+def _write(path, nodes, version="0.0.4"):
+    with open(path, "wb") as f:
+        protolib.encodeMessage(f, pb.GlobalMetadata(version=version))
+        for n in nodes:
+            protolib.encodeMessage(f, n)
+
+
+def _coll(i, size, pg=None, deps=()):
+    n = pb.Node(id=i, name=f"ar{i}", type=pb.COMM_COLL_NODE, data_deps=list(deps))
+    n.attr.extend([pb.AttributeProto(name="comm_type", int64_val=pb.ALL_REDUCE), pb.AttributeProto(name="comm_size", int64_val=size)])
+    if pg is not None:
+        n.attr.append(pb.AttributeProto(name="pg_name", string_val=pg))
+    return n
+
+
+def test_groups_from_comm_group_json_and_priced_compute(tmp_path):
+    """Two groups of 4 all-reduce 1 MiB at once; a compute node with num_ops goes through the
+    device cost model (the scenario's A100) unless durations are forced."""
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / "comm_group.json").write_text(json.dumps({"1": [0, 1, 2, 3], "2": [4, 5, 6, 7]}))
+    for r in range(8):
+        comp = pb.Node(id=0, name="gemm", type=pb.COMP_NODE, duration_micros=5)
+        comp.attr.extend([pb.AttributeProto(name="num_ops", int64_val=2 * 4096**3),
+                          pb.AttributeProto(name="tensor_size", uint64_val=3 * 4096 * 4096 * 2)])
+        _write(d / f"w.{r}.et", [comp, _coll(1, 2**20, "1" if r < 4 else "2", deps=[0])])
+    sc, topo = cluster(tmp_path)
+    t = read_trace(d)
+    assert t.groups == {"1": (0, 1, 2, 3), "2": (4, 5, 6, 7)}
+    fixed = replay_chakra(d, sc, topo, trace_durations=True).result
+    assert fixed.step_time_s == pytest.approx(5 * US + 2 * 3 / 4 * 2**20 / B, rel=1e-9)
+    priced = replay_chakra(d, sc, topo).result
+    assert priced.compute_from == {"trace_duration": 0, "cost_model": 8}
+    # 137 GFLOP on an A100 (312 TFLOP/s bf16 peak) takes at least 0.44 ms
+    assert priced.compute_s > 2 * 4096**3 / 312e12
+
+
+@pytest.mark.parametrize("case,needle", [
+    ("truncated", "truncated file"),
+    ("unknown_group", "group '9' is not in"),
+    ("mismatch", "collective #1 of group world is all_reduce of 2048 B here"),
+    ("missing_rank", "missing: ranks run 0..2"),
+    ("dangling_dep", "depends on node 7"),
+    ("cycle", "a dependency cycle"),
+    ("unmatched_send", "1 sends from rank 0 to rank 1 with tag 0 but 0 receives"),
+    ("absurd", "comm_size = "),
+])
+def test_broken_traces_get_one_clear_error(tmp_path, capsys, case, needle):
+    d = tmp_path / "t"
+    d.mkdir()
+    ranks = [[_coll(0, 1024)], [_coll(0, 1024)]]
+    if case == "unknown_group":
+        ranks = [[_coll(0, 1024, "9")], [_coll(0, 1024, "9")]]
+    elif case == "mismatch":
+        ranks[1] = [_coll(0, 2048)]
+    elif case == "dangling_dep":
+        ranks[0] = [_coll(0, 1024, deps=[7])]
+    elif case == "cycle":
+        ranks[0] = [_coll(0, 1024, deps=[1]), pb.Node(id=1, type=pb.COMP_NODE, data_deps=[0])]
+    elif case == "unmatched_send":
+        s = pb.Node(id=1, type=pb.COMM_SEND_NODE)
+        s.attr.extend([pb.AttributeProto(name="comm_dst", int32_val=1), pb.AttributeProto(name="comm_size", int64_val=8)])
+        ranks[0].append(s)
+    elif case == "absurd":
+        ranks = [[_coll(0, 2**62)], [_coll(0, 2**62)]]
+    for r, nodes in enumerate(ranks):
+        _write(d / f"w.{r}.et", nodes)
+    if case == "truncated":
+        data = (d / "w.1.et").read_bytes()
+        (d / "w.1.et").write_bytes(data[:-3])
+    if case == "missing_rank":
+        shutil.copy(d / "w.1.et", d / "w.2.et")
+        (d / "w.1.et").unlink()
+    with pytest.raises(ConfigError) as e:
+        read_trace(d)
+    assert needle in str(e.value)
+    # the command line: one message naming the file, exit code 2, no traceback
+    path = small_scenario(tmp_path, node_topology(tmp_path, 4))
+    assert main(["run", str(path), "--workload", f"chakra:{d}"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and str(d) in err
+
+
+def test_bad_workload_source_and_too_few_devices(tmp_path, capsys):
+    topo = node_topology(tmp_path, 4)
+    path = small_scenario(tmp_path, topo)
+    assert main(["run", str(path), "--workload", "astra:x"]) == 2
+    assert "is not a workload source" in capsys.readouterr().err
+    assert main(["run", str(path), "--workload", f"chakra:{ASTRA / 'all_reduce_8npus_1MB'}"]) == 2
+    assert "the trace has 8 ranks but the topology" in capsys.readouterr().err
+    assert main(["run", str(path), "--trace-durations"]) == 2
+    assert "only applies to a replayed trace" in capsys.readouterr().err
