@@ -1,7 +1,7 @@
 """NCCL's algorithm / protocol choice per size (simtrain.network.nccl_tuning).
 
-Expected values: NCCL 2.22.3's own log of its choice and predicted time on 3 x 8 H100 (NVIDIA/nccl
-issue 1453, shared/data/calibration/nccl-algorithms/nccl-1453-h100-3n-algo-selection.yaml), the
+Expected values: NCCL 2.22.3's own log of its choice and predicted time on 3 x 8 H100 (posted at
+github.com/NVIDIA/nccl/issues/1453; shared/data/calibration/nccl-algorithms/nccl-1453-h100-3n-algo-selection.yaml), the
 single-node H100 selection map of an NCCL 2.30 TUNING log (rakshith-h100-1n-nccl2.30.yaml,
 qualitative), and hand derivations from the constants in nccl-tuning-constants-2.18-2.23.yaml.
 """
@@ -18,10 +18,10 @@ from simtrain.plan.grid import GroupShape, group_shape
 from simtrain.studies.validate import MIN_SIZE, busbw, layout, sweeps
 
 # 3 nodes x 8 H100, 8 x 200 Gb/s NICs per node (25 GB/s each), NVLink4 450 GB/s per GPU, Intel host
-X1453 = nt.inputs_for(3, 24, 450.0, 8 * 25.0, compcap=2, version="2.22")
+X_H100_3N = nt.inputs_for(3, 24, 450.0, 8 * 25.0, compcap=2, version="2.22")
 
 # (bytes, algorithm, protocol, NCCL's predicted time in us) as NCCL 2.22.3 logged them
-LOG_1453 = [
+LOG_H100_3N = [
     (256, "Tree", "LL", 25.229528),
     (512, "Tree", "LL", 25.259054),
     (65536, "Tree", "LL", 37.798233),
@@ -32,17 +32,17 @@ LOG_1453 = [
 ]
 
 
-def test_inputs_1453():
+def test_inputs_h100_3n():
     """16 channels; 200 GB/s of NICs over 16 channels is 12.5, snapped down to NCCL's SM90 inter
     speed 12; 450 / 16 = 28.1 snapped to the intra speed 24."""
-    assert (X1453.channels, X1453.bw_inter, X1453.bw_intra) == (16, 12.0, 24.0)
+    assert (X_H100_3N.channels, X_H100_3N.bw_inter, X_H100_3N.bw_intra) == (16, 12.0, 24.0)
 
 
-@pytest.mark.parametrize("nbytes,algo,proto,logged", LOG_1453)
+@pytest.mark.parametrize("nbytes,algo,proto,logged", LOG_H100_3N)
 def test_reproduces_nccl_2_22_log_on_3x8_h100(nbytes: int, algo: str, proto: str, logged: float):
     """The choice at each logged size is NCCL's, and the predicted time matches the logged one
     (the log prints 6 decimals of a float; 8 GiB to 1e-6 relative)."""
-    a, p, t = nt.select("2.22", "all_reduce", nbytes, X1453)
+    a, p, t = nt.select("2.22", "all_reduce", nbytes, X_H100_3N)
     assert (a, p) == (algo, proto)
     assert t == pytest.approx(logged, rel=1e-6)
 
@@ -51,17 +51,17 @@ def test_tree_ll_hand_derivation():
     """256 B Tree/LL: latency 6.8 + 2 (7 x 0.6 + log2i(3) x 5.0) = 25.2 us; bus bandwidth
     min(16 x 12 x 0.92, 16 x 36) = 176.64 -> LL min(176.64 / 3.8, llMaxBw 20.4) = 20.4 -> x 0.85
     (tree pattern) -> x 0.5 (tree ratio) = 8.67 GB/s."""
-    assert nt.latency("2.22", "all_reduce", "Tree", "LL", X1453) == pytest.approx(25.2)
-    assert nt.bandwidth("2.22", "all_reduce", "Tree", "LL", X1453) == pytest.approx(20.4 * 0.85 * 0.5)
+    assert nt.latency("2.22", "all_reduce", "Tree", "LL", X_H100_3N) == pytest.approx(25.2)
+    assert nt.bandwidth("2.22", "all_reduce", "Tree", "LL", X_H100_3N) == pytest.approx(20.4 * 0.85 * 0.5)
 
 
 def test_pinned_ring_gives_ring():
     """NCCL_ALGO=Ring: Ring at every size; the protocol still by size (LL small, Simple big)."""
     algos = nt.parse_list("Ring", nt.NCCL_ALGOS, "network.nccl_algo")
-    for nbytes, *_ in LOG_1453:
-        assert nt.select("2.22", "all_reduce", nbytes, X1453, algos)[0] == "Ring"
-    assert nt.select("2.22", "all_reduce", 256, X1453, algos)[1] == "LL"
-    assert nt.select("2.22", "all_reduce", 2 ** 33, X1453, algos)[1] == "Simple"
+    for nbytes, *_ in LOG_H100_3N:
+        assert nt.select("2.22", "all_reduce", nbytes, X_H100_3N, algos)[0] == "Ring"
+    assert nt.select("2.22", "all_reduce", 256, X_H100_3N, algos)[1] == "LL"
+    assert nt.select("2.22", "all_reduce", 2 ** 33, X_H100_3N, algos)[1] == "Simple"
 
 
 def test_exclusion_syntax():
@@ -70,7 +70,7 @@ def test_exclusion_syntax():
     128 KiB: 0.5)) ... which the ranking gives; anything but LL128."""
     protos = nt.parse_list("^LL128", nt.NCCL_PROTOS, "network.nccl_proto")
     assert protos == ("LL", "Simple")
-    assert nt.select("2.22", "all_reduce", 131072, X1453, protos=protos)[1] != "LL128"
+    assert nt.select("2.22", "all_reduce", 131072, X_H100_3N, protos=protos)[1] != "LL128"
     assert nt.parse_list("ring,TREE", nt.NCCL_ALGOS, "x") == ("Tree", "Ring")
     with pytest.raises(ConfigError, match="network.nccl_algo: unknown name 'Rnig'"):
         nt.parse_list("Rnig", nt.NCCL_ALGOS, "network.nccl_algo")
@@ -80,17 +80,17 @@ def test_tree_simple_latency_by_version():
     """Tree/Simple latency on 3 x 8: 2.19-2.22 baseLat 0, hwLat NVLINK 28, NET 28:
     2 (7 x 28 + 1 x 28) = 448 us; 2.23 baseLat 8.4, NVLINK 4, NET 14: 8.4 + 2 (28 + 14) = 92.4 us;
     2.18 (2.18.3+) baseLat 0, NVLINK 4, NET 14: 84 us."""
-    assert nt.latency("2.22", "all_reduce", "Tree", "Simple", X1453) == pytest.approx(448.0)
-    assert nt.latency("2.23", "all_reduce", "Tree", "Simple", X1453) == pytest.approx(92.4)
-    assert nt.latency("2.18", "all_reduce", "Tree", "Simple", X1453) == pytest.approx(84.0)
+    assert nt.latency("2.22", "all_reduce", "Tree", "Simple", X_H100_3N) == pytest.approx(448.0)
+    assert nt.latency("2.23", "all_reduce", "Tree", "Simple", X_H100_3N) == pytest.approx(92.4)
+    assert nt.latency("2.18", "all_reduce", "Tree", "Simple", X_H100_3N) == pytest.approx(84.0)
 
 
 def test_ring_network_steps_by_version():
     """Ring/Simple all-reduce latency on 3 x 8 (before the 1.4 plateau factor): 46 steps; 2.22
     counts 2 x 3 = 6 network steps: 8.4 + 40 x 3.4 + 6 x 14 = 228.4 us; 2.23 counts 2 x 2 = 4:
     8.4 + 42 x 3.4 + 4 x 14 = 207.2 us."""
-    assert nt.latency("2.22", "all_reduce", "Ring", "Simple", X1453) == pytest.approx(228.4)
-    assert nt.latency("2.23", "all_reduce", "Ring", "Simple", X1453) == pytest.approx(207.2)
+    assert nt.latency("2.22", "all_reduce", "Ring", "Simple", X_H100_3N) == pytest.approx(228.4)
+    assert nt.latency("2.23", "all_reduce", "Ring", "Simple", X_H100_3N) == pytest.approx(207.2)
 
 
 def test_ring_ll_bandwidth_by_version():
@@ -118,8 +118,8 @@ def test_disabled_pairs():
     all-reduce, NVLS only with Simple."""
     one = nt.inputs_for(1, 8, 450.0, 0.0)
     assert nt.predicted_us("2.23", "all_reduce", 2 ** 20, "NVLSTree", "Simple", one) is None
-    assert nt.predicted_us("2.23", "all_reduce", 2 ** 20, "NVLS", "Simple", X1453) is None
-    assert nt.predicted_us("2.23", "all_gather", 2 ** 20, "Tree", "LL", X1453) is None
+    assert nt.predicted_us("2.23", "all_reduce", 2 ** 20, "NVLS", "Simple", X_H100_3N) is None
+    assert nt.predicted_us("2.23", "all_gather", 2 ** 20, "Tree", "LL", X_H100_3N) is None
     assert nt.predicted_us("2.23", "all_reduce", 2 ** 20, "NVLS", "LL", one) is None
 
 

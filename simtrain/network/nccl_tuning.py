@@ -32,7 +32,7 @@ nNodes - 1 of the other collectives; netOverhead 1 us (2 on AMD CPUs), x 3 for S
 than one node.
 
 Worked example (NCCL 2.22, 3 nodes x 8 H100, 16 channels, bwInter 12 GB/s, Intel host), checked
-against NCCL's own log (NVIDIA/nccl issue 1453): 256 B all-reduce, Tree/LL: latency 6.8 + 2 (7 x 0.6
+against NCCL's own TUNING log of that job (github.com/NVIDIA/nccl/issues/1453): 256 B all-reduce, Tree/LL: latency 6.8 + 2 (7 x 0.6
 + 1 x 5.0) = 25.2 us; busBw 16 x 12 = 192 -> min(192 x 0.92, 16 x 36) = 176.6 -> LL min(176.6 /
 3.8, 20.4) = 20.4 -> x 0.85 = 17.34 -> algBw 8.67 GB/s; time 25.2 + 256 / 8670 = 25.2295 us
 (logged 25.229528).
@@ -93,7 +93,7 @@ SM90_INTRA_219 = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0)
 SM90_INTRA_221 = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0)
 SM90_INTER_218 = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12)
 SM90_INTER_219 = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12)
-CHANNELS = 16               # coll channels NCCL logs on 8-NIC H100 nodes (issue 1453: "16 coll channels")
+CHANNELS = 16               # coll channels NCCL logs on 8-NIC H100 nodes (3 x 8 H100 TUNING log: "16 coll channels")
 NVLS_CHANNELS = 16          # NCCL_NVLS_NCHANNELS default
 
 
