@@ -66,7 +66,7 @@ def replay_chakra(spec: str | Path, sc: Scenario, topo: Topology, trace_duration
         coverage.add("compute nodes with num_ops priced as the square GEMM of num_ops FLOPs, bounded below by "
                      "tensor_size bytes at the memory-bound efficiency")
     result = ReplayResult(
-        trace=str(t.source), prefix=t.prefix, chakra_version=t.version, ranks=t.world, nodes=dict(sorted(t.counts.items())),
+        trace=str(t.source), prefix=t.prefix, chakra_version=t.version, ranks=t.world, nodes=t.node_counts(),
         step_time_s=step, compute_from=counts, busiest_rank=busy.rank, compute_s=busy.compute_s,
         exposed_comm_s=busy.exposed_comm_s, idle_s=busy.idle_s, per_rank=per,
         collectives=[Collective.from_row(row) for row in collectives_section(network)],

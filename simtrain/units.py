@@ -148,6 +148,14 @@ def fmt_bytes(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
+def fmt_size(n: float) -> str:
+    """Bytes in the largest binary unit they reach: 1536 -> '1.50 KiB', 100 -> '100 B'."""
+    for unit, k in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= k:
+            return f"{n / k:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
 def plural(n: int | float, noun: str, many: str | None = None) -> str:
     """`n` and the noun, singular for exactly one: "1 trial", "3 trials", "2,048 hosts"."""
     word = noun if n == 1 else (many or noun + "s")

@@ -230,3 +230,30 @@ def test_bad_workload_source_and_too_few_devices(tmp_path, capsys):
     assert "the trace has 8 ranks but the topology" in capsys.readouterr().err
     assert main(["run", str(path), "--trace-durations"]) == 2
     assert "only applies to a replayed trace" in capsys.readouterr().err
+
+
+def test_pg_name_zero_is_every_rank(tmp_path):
+    """ASTRA-sim's Workload::extract_comm_group reads pg_name "" and "0" alike as the group of every
+    rank, with or without a comm_group.json: a 1 MiB all-reduce named "0" over 8 ranks takes the
+    ring's 2 x 7/8 x 2^20 / 100e9 s, the same as one with no pg_name."""
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / "comm_group.json").write_text(json.dumps({"1": [0, 1, 2, 3]}))
+    for r in range(8):
+        _write(d / f"w.{r}.et", [_coll(0, 2**20, "0")])
+    sc, topo = cluster(tmp_path)
+    assert replay_chakra(d, sc, topo).result.step_time_s == pytest.approx(2 * 7 / 8 * 2**20 / B, rel=1e-9)
+
+
+def test_missing_chakra_package_is_a_config_error(monkeypatch, tmp_path):
+    """Without mlc-chakra, reading a trace says how to install it (exit 2), as the export does."""
+    import builtins
+    real = builtins.__import__
+
+    def no_chakra(name, *a, **k):
+        if name.startswith("chakra"):
+            raise ImportError("No module named 'chakra'")
+        return real(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", no_chakra)
+    with pytest.raises(ConfigError, match="pip install 'simtrain\\[chakra\\]'"):
+        read_trace(ASTRA / "all_reduce_8npus_1MB")

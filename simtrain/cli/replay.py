@@ -14,8 +14,9 @@ from simtrain.hardware.topology import Topology
 from simtrain.replay import ReplayRun, replay_chakra
 from simtrain.results.io import check_out_dir, staged_dir, to_json, write_atomic
 from simtrain.results.report import write_report
+from simtrain.results.trace import replay_trace
 from simtrain.spec.scenario import Scenario
-from simtrain.units import fmt_time
+from simtrain.units import fmt_size, fmt_time
 
 OUT_FILES = ("result.json", "trace.json", "run_info.json", "report.html")
 WORKLOADS = ("chakra",)
@@ -28,13 +29,6 @@ def workload_source(spec: str) -> tuple[str, str]:
         raise ConfigError([Problem("--workload", "", f"{spec!r} is not a workload source",
                                    "give chakra:DIR (a directory of <prefix>.<rank>.et Chakra traces) or chakra:DIR/PREFIX")])
     return kind, path
-
-
-def _size(n: float) -> str:
-    for unit, k in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= k:
-            return f"{n / k:.2f} {unit}"
-    return f"{n:.0f} B"
 
 
 def summary(run: ReplayRun) -> str:
@@ -56,7 +50,7 @@ def summary(run: ReplayRun) -> str:
     if r.collectives:
         lines += ["", "  collectives (each distinct one):"]
         for c in r.collectives[:12]:
-            lines.append(f"    {c.collective:<15} {_size(c.nbytes):>10} over {c.group_size:>5} ranks  "
+            lines.append(f"    {c.collective:<15} {fmt_size(c.nbytes):>10} over {c.group_size:>5} ranks  "
                          f"{c.algorithm}/{c.protocol}  {fmt_time(c.seconds)}")
         if len(r.collectives) > 12:
             lines.append(f"    ... {len(r.collectives) - 12} more in --json / result.json")
@@ -65,24 +59,6 @@ def summary(run: ReplayRun) -> str:
         lines += [f"    - {c}" for c in r.coverage]
     lines += ["", f"  simulated {r.ranks} ranks, {r.simulated_ops:,} ops in {run.wall_s:.2f} s wall"]
     return "\n".join(lines)
-
-
-def chrome_trace(run: ReplayRun) -> dict:
-    """Chrome trace-event JSON of the replay: one process per rank, one thread per stream."""
-    ev = []
-    tids: dict = {}
-    for r in range(run.trace.world):
-        ev.append({"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r} ({run.topology.device_id(r)})"}})
-    tl = run.timeline
-    for op in run.ops:
-        key = (op.cls, op.stream)
-        if key not in tids:
-            tids[key] = sum(1 for k in tids if k[0] == op.cls)
-            ev.append({"ph": "M", "name": "thread_name", "pid": op.cls, "tid": tids[key], "args": {"name": op.stream}})
-        s, e = tl.start[op.id], tl.end[op.id]
-        ev.append({"ph": "X", "name": op.label, "cat": op.kind, "pid": op.cls, "tid": tids[key],
-                   "ts": round(s * 1e6, 3), "dur": round((e - s) * 1e6, 3), **({"args": {"bytes": op.bytes}} if op.bytes else {})})
-    return {"traceEvents": ev, "displayTimeUnit": "ms", "metadata": {"simtrain_version": __version__, "source": run.result.trace}}
 
 
 def cmd_run_chakra(args: argparse.Namespace, sc: Scenario, topo: Topology) -> int:
@@ -94,7 +70,7 @@ def cmd_run_chakra(args: argparse.Namespace, sc: Scenario, topo: Topology) -> in
     if args.out:
         with staged_dir(args.out) as out:
             write_atomic(out / "result.json", to_json(r).encode())
-            write_atomic(out / "trace.json", json.dumps(chrome_trace(run)).encode())
+            write_atomic(out / "trace.json", json.dumps(replay_trace(run.ops, run.timeline, run.trace.world, run.topology, run.result.trace)).encode())
             write_atomic(out / "run_info.json", to_json({
                 "simtrain_version": __version__, "python": platform.python_version(), "sim_wall_s": run.wall_s,
                 "scenario_file": str(args.scenario), "workload": args.workload, "overrides": list(args.set or ()),

@@ -91,7 +91,7 @@ class FlowBackend:
         hit = self.stats.get(key)
         if hit is None:
             data, moved, sat, _ = self.net.phase([Transfer(src, dst, nbytes)])
-            t = self.topo._link_by_class(self.topo.link_class_name(src, dst)).latency + data
+            t = self.topo.link(src, dst).latency + data
             hit = self.stats[key] = (t, moved, sat, None)
         return Timing(hit[0], self.load(key, 1.0), key)
 

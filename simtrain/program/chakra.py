@@ -36,7 +36,7 @@ import io
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from simtrain.cost.roofline import ComputeCostModel
@@ -53,14 +53,15 @@ MAX_OPS = 1e21               # a zettaFLOP: larger than a whole step of any job 
 ET_NAME = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et$")
 
 
-def _chakra():
-    """(et_def_pb2, protolib) of mlc-chakra, or a ConfigError saying how to install it."""
+def chakra_modules(what: str) -> tuple:
+    """(et_def_pb2, protolib) of mlc-chakra: Chakra's schema and framing, for reading and writing
+    traces alike; a ConfigError saying how to install it where it is absent."""
     try:
         from chakra.schema.protobuf import et_def_pb2
         from chakra.src.third_party.utils import protolib
     except ImportError as e:
-        raise ConfigError([_problem("", "", f"reading Chakra traces needs the mlc-chakra package ({e})",
-                                    "install it with `pip install 'simtrain[chakra]'` (or `pip install mlc-chakra`)")]) from None
+        raise ConfigError([Problem(what, "", f"needs the mlc-chakra package ({e})",
+                                   "install it with `pip install 'simtrain[chakra]'` (or `pip install mlc-chakra`)")]) from None
     return et_def_pb2, protolib
 
 
@@ -88,18 +89,25 @@ class Node:
 
 @dataclass
 class Trace:
-    """A whole trace: every rank's nodes, in file order, and the communicator groups."""
+    """A whole trace: every rank's nodes in issue order (`order_of`) and the communicator groups."""
     source: Path
     prefix: str
     files: list
     ranks: list               # rank -> [Node, ...]
     groups: dict              # pg_name -> tuple of ranks
     version: str = ""
-    counts: dict = field(default_factory=dict)
 
     @property
     def world(self) -> int:
         return len(self.ranks)
+
+    def node_counts(self) -> dict:
+        """{node type: count over every rank}, types sorted."""
+        counts: dict = {}
+        for nodes in self.ranks:
+            for x in nodes:
+                counts[x.type] = counts.get(x.type, 0) + 1
+        return dict(sorted(counts.items()))
 
 
 def trace_files(spec: str | Path) -> tuple[Path, str, list]:
@@ -141,7 +149,7 @@ def _attrs(node) -> dict:
     return out
 
 
-def _num(v, file, path, what, hi, c: Collector) -> float:
+def _num(v, path, what, hi, c: Collector) -> float:
     try:
         x = float(v)
     except (TypeError, ValueError):
@@ -153,7 +161,7 @@ def _num(v, file, path, what, hi, c: Collector) -> float:
     return x
 
 
-def _decode_file(f: Path, rank: int, pb, protolib) -> tuple[str, list, Collector]:
+def _decode_file(f: Path, pb, protolib) -> tuple[str, list, Collector]:
     c = Collector(str(f))
     data = f.read_bytes()
     from google.protobuf.message import DecodeError  # installed with mlc-chakra
@@ -204,9 +212,9 @@ def _decode_file(f: Path, rank: int, pb, protolib) -> tuple[str, list, Collector
         node = Node(id=int(n.id), name=n.name, type=kind, deps=tuple(dict.fromkeys(list(n.data_deps) + list(n.ctrl_deps))),
                     cpu=bool(a.get("is_cpu_op", False)))
         if kind == "comp":
-            node.duration_s = _num(n.duration_micros, f, f"{where}.duration_micros", "duration_micros", MAX_MICROS, c) * 1e-6
-            node.num_ops = _num(a.get("num_ops", 0), f, f"{where}.num_ops", "num_ops", MAX_OPS, c)
-            node.tensor_size = _num(a.get("tensor_size", 0), f, f"{where}.tensor_size", "tensor_size", MAX_BYTES, c)
+            node.duration_s = _num(n.duration_micros, f"{where}.duration_micros", "duration_micros", MAX_MICROS, c) * 1e-6
+            node.num_ops = _num(a.get("num_ops", 0), f"{where}.num_ops", "num_ops", MAX_OPS, c)
+            node.tensor_size = _num(a.get("tensor_size", 0), f"{where}.tensor_size", "tensor_size", MAX_BYTES, c)
         elif kind == "coll":
             ct = a.get("comm_type")
             name = pb.CollectiveCommType.Name(ct) if ct in pb.CollectiveCommType.values() else None
@@ -215,8 +223,9 @@ def _decode_file(f: Path, rank: int, pb, protolib) -> tuple[str, list, Collector
                       f"use one of {', '.join(sorted(COLLECTIVES))}")
                 continue
             node.collective = COLLECTIVES[name]
-            node.size = _num(a.get("comm_size", 0), f, f"{where}.comm_size", "comm_size", MAX_BYTES, c)
-            node.group = str(a.get("pg_name", "") or "")
+            node.size = _num(a.get("comm_size", 0), f"{where}.comm_size", "comm_size", MAX_BYTES, c)
+            group = str(a.get("pg_name", "") or "")
+            node.group = "" if group == "0" else group      # ASTRA-sim reads "" and "0" as every rank
         else:
             if kind in ("send", "recv"):
                 key = "comm_dst" if kind == "send" else "comm_src"
@@ -226,7 +235,7 @@ def _decode_file(f: Path, rank: int, pb, protolib) -> tuple[str, list, Collector
                 node.peer = int(a[key])
                 node.tag = int(a.get("comm_tag", 0) or 0)
                 size = a.get("comm_size", a.get("tensor_size", 0))
-                node.size = _num(size, f, f"{where}.comm_size", "comm_size", MAX_BYTES, c)
+                node.size = _num(size, f"{where}.comm_size", "comm_size", MAX_BYTES, c)
         out.append(node)
     for node in out:
         for d in node.deps:
@@ -238,7 +247,7 @@ def _decode_file(f: Path, rank: int, pb, protolib) -> tuple[str, list, Collector
 
 def read_trace(spec: str | Path) -> Trace:
     """Reads and checks a whole trace; every problem of every file is reported together."""
-    pb, protolib = _chakra()
+    pb, protolib = chakra_modules(str(spec))
     d, prefix, files = trace_files(spec)
     groups: dict = {}
     problems: list = []
@@ -256,11 +265,18 @@ def read_trace(spec: str | Path) -> Trace:
             problems.append(_problem(gfile, "", f"not a communicator-group file: {e}",
                                      'write {"<group id>": [rank, ...], ...} as ASTRA-sim\'s --comm-group-configuration'))
     ranks, version = [], ""
-    for r, f in enumerate(files):
-        v, nodes, c = _decode_file(f, r, pb, protolib)
+    for f in files:
+        v, nodes, c = _decode_file(f, pb, protolib)
         version = version or v
         problems += c.problems
         ranks.append(nodes)
+    if problems:
+        raise ConfigError(problems)
+    for r, nodes in enumerate(ranks):
+        try:
+            ranks[r] = order_of(nodes)
+        except CycleError as e:
+            problems.append(_problem(files[r], f"node {e.ids[0]}", str(e), "remove one dependency of the cycle"))
     if problems:
         raise ConfigError(problems)
     n = len(files)
@@ -272,9 +288,6 @@ def read_trace(spec: str | Path) -> Trace:
     _check_comm(t, problems)
     if problems:
         raise ConfigError(problems[:50])
-    for nodes in ranks:
-        for x in nodes:
-            t.counts[x.type] = t.counts.get(x.type, 0) + 1
     return t
 
 
@@ -290,12 +303,7 @@ def _check_comm(t: Trace, problems: list) -> None:
     recvs: dict = {}
     for r, nodes in enumerate(t.ranks):
         f = t.files[r]
-        try:
-            order = order_of(nodes)
-        except CycleError as e:
-            problems.append(_problem(f, f"node {e.ids[0]}", str(e), "remove one dependency of the cycle"))
-            continue
-        for x in order:
+        for x in nodes:
             where = f"node {x.id}" + (f" ({x.name})" if x.name else "")
             if x.type == "coll":
                 if x.group and x.group not in t.groups:
@@ -390,12 +398,11 @@ def comp_op(x: Node) -> Op:
     return Op(x.name or "node", "gemm", "F", x.num_ops, x.tensor_size, (s, s, s))
 
 
-def lower_trace(t: Trace, network: NetworkBackend, costs: ComputeCostModel | None = None, trace_durations: bool = False,
-                place: list | None = None) -> tuple[list, dict]:
-    """(ops, counts): the trace as EOps, class = rank. `costs` (a ComputeCostModel) prices the
-    compute nodes with num_ops or tensor_size unless `trace_durations`; `place` maps rank ->
-    device (identity by default). counts: {"trace_duration": n, "cost_model": n} compute nodes."""
-    place = place or list(range(t.world))
+def lower_trace(t: Trace, network: NetworkBackend, costs: ComputeCostModel,
+                trace_durations: bool = False) -> tuple[list, dict]:
+    """(ops, counts): the trace as EOps, class = rank, rank r on device r. `costs` prices the
+    compute nodes with num_ops or tensor_size unless `trace_durations`.
+    counts: {"trace_duration": n, "cost_model": n} compute nodes."""
     ops: list = []
     counts = {"trace_duration": 0, "cost_model": 0}
     done: dict = {}                 # (rank, node id) -> op id of its completion
@@ -410,15 +417,11 @@ def lower_trace(t: Trace, network: NetworkBackend, costs: ComputeCostModel | Non
         ops.append(op)
         return op
     for r, nodes in enumerate(t.ranks):
-        try:
-            order = order_of(nodes)
-        except CycleError as e:
-            raise ConfigError([_problem(t.files[r], f"node {e.ids[0]}", str(e), "remove one dependency of the cycle")]) from None
-        for x in order:
+        for x in nodes:
             deps = [done[(r, d)] for d in x.deps if (r, d) in done]
             label = x.name or f"node {x.id}"
             if x.type == "comp":
-                priced = costs is not None and not trace_durations and (x.num_ops > 0 or x.tensor_size > 0)
+                priced = not trace_durations and (x.num_ops > 0 or x.tensor_size > 0)
                 dur = costs.duration(comp_op(x)) if priced else x.duration_s
                 counts["cost_model" if priced else "trace_duration"] += 1
                 op = new(cls=r, stream="cpu" if x.cpu else "compute", kind="compute", category="F", duration=dur,
@@ -431,7 +434,7 @@ def lower_trace(t: Trace, network: NetworkBackend, costs: ComputeCostModel | Non
                 nbytes = x.size * len(mem) if x.collective == "all_gather" else x.size
                 coll = "all_reduce" if x.collective == "barrier" else x.collective
                 if len(mem) > 1:
-                    tm = network.group_collective(coll, nbytes, tuple(place[m] for m in mem))
+                    tm = network.group_collective(coll, nbytes, tuple(mem))
                     dur, load, key = tm.seconds, tm.load, tm.key
                 else:
                     dur, load, key = 0.0, (), None
@@ -440,7 +443,7 @@ def lower_trace(t: Trace, network: NetworkBackend, costs: ComputeCostModel | Non
                          rendezvous=("pg", x.group, k) if len(mem) > 1 else None, peers=len(mem), load=load, net_key=key)
             elif x.type == "send":
                 k = p2p_seq[(r, x.peer, x.tag, "s")] = p2p_seq.get((r, x.peer, x.tag, "s"), 0) + 1
-                tm = network.p2p(place[r], place[x.peer], x.size)
+                tm = network.p2p(r, x.peer, x.size)
                 op = new(cls=r, stream=f"send:{x.peer}", kind="send", category="pp", duration=tm.seconds,
                          label=f"send:{label}", deps=deps, bytes=x.size, load=tm.load, net_key=tm.key)
                 send_of[(r, x.peer, x.tag, k)] = op.id

@@ -30,21 +30,11 @@ from pathlib import Path
 from simtrain.engine.core import Timeline
 from simtrain.errors import SimulationError
 from simtrain.plan.grid import RankClass, RankGrid
+from simtrain.program.chakra import chakra_modules
 from simtrain.program.ir import EOp, stream_sequences
 
 COMM_TYPES = {"all_reduce": "ALL_REDUCE", "all_gather": "ALL_GATHER", "reduce_scatter": "REDUCE_SCATTER",
               "all_to_all": "ALL_TO_ALL", "broadcast": "BROADCAST"}
-
-
-def _chakra():
-    """(et_def_pb2, protolib) of mlc-chakra, or a SimulationError saying how to install it."""
-    try:
-        from chakra.schema.protobuf import et_def_pb2
-        from chakra.src.third_party.utils import protolib
-    except ImportError as e:
-        raise SimulationError(f"Chakra export needs the mlc-chakra package ({e}); install it with "
-                              "`pip install 'simtrain[chakra]'` (or `pip install mlc-chakra`)") from None
-    return et_def_pb2, protolib
 
 
 def _us(seconds: float) -> int:
@@ -85,7 +75,7 @@ def write_chakra(ops: list[EOp], tl: Timeline, classes: list[RankClass], grid: R
     """Writes `<prefix>.<rank>.et` for every rank and `comm_group.json` into `out`; returns
     {"files": n, "nodes": {class id: nodes per rank}, "groups": n}. `ops` must come from an
     unfused run (`simulate(..., fuse=False)`): a folded collective has no node of its own."""
-    pb, protolib = _chakra()
+    pb, protolib = chakra_modules(str(out))
     kinds = [k for k in ("tp", "cp", "dp", "ep", "etp", "edp") if any(o.kind == "coll" and o.stream == k for o in ops)]
     groups, gid = comm_groups(grid, kinds, mirror)
     index = {k: grid.group_arrays(k)[1] for k in kinds}
@@ -227,7 +217,7 @@ def write_chakra(ops: list[EOp], tl: Timeline, classes: list[RankClass], grid: R
 
 def read_chakra(path: Path) -> tuple:
     """(GlobalMetadata, [Node, ...]) of one .et file, read with Chakra's own decoder."""
-    pb, protolib = _chakra()
+    pb, protolib = chakra_modules(str(path))
     with open(path, "rb") as f:
         md = pb.GlobalMetadata()
         protolib.decodeMessage(f, md)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simtrain import __version__
+
 if TYPE_CHECKING:
     from simtrain.engine.core import Timeline
     from simtrain.hardware.topology import Topology
@@ -65,3 +67,21 @@ def chrome_trace(ops: list[EOp], tl: Timeline, classes: list[RankClass], topo: T
     if forward_only:
         out["otherData"] = {"pass": "forward only"}
     return out
+
+
+def replay_trace(ops: list[EOp], tl: Timeline, world: int, topo: Topology, source: str) -> dict:
+    """The Chrome/Perfetto trace of a replayed execution trace (simtrain.replay): one process per
+    rank, one thread per stream in the order the rank first uses it (compute, a process group's
+    `pg:<id>`, `send:<dst>`, `recv:<src>`, ...)."""
+    ev = [{"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r} ({topo.device_id(r)})"}}
+          for r in range(world)]
+    tids: dict = {r: {} for r in range(world)}
+    for op in ops:
+        streams = tids[op.cls]
+        if op.stream not in streams:
+            streams[op.stream] = len(streams)
+            ev.append({"ph": "M", "name": "thread_name", "pid": op.cls, "tid": streams[op.stream], "args": {"name": op.stream}})
+        s, e = tl.start[op.id], tl.end[op.id]
+        ev.append({"ph": "X", "name": op.label, "cat": op.kind, "pid": op.cls, "tid": streams[op.stream],
+                   "ts": round(s * 1e6, 3), "dur": round((e - s) * 1e6, 3), **({"args": {"bytes": op.bytes}} if op.bytes else {})})
+    return {"traceEvents": ev, "displayTimeUnit": "ms", "metadata": {"simtrain_version": __version__, "source": source}}
