@@ -46,7 +46,7 @@ from simtrain.program.ir import EOp
 from simtrain.workload.ir import Op
 
 COLLECTIVES = {"ALL_REDUCE": "all_reduce", "ALL_GATHER": "all_gather", "REDUCE_SCATTER": "reduce_scatter",
-               "ALL_TO_ALL": "all_to_all", "BROADCAST": "broadcast", "BARRIER": "barrier"}
+               "ALL_TO_ALL": "all_to_all", "BARRIER": "barrier"}   # BROADCAST: no broadcast algorithm is modelled yet
 MAX_BYTES = 2.0**50          # 1 PiB: no single transfer or tensor of a training step is larger
 MAX_MICROS = 86_400e6        # one day: no single op of a step runs longer
 MAX_OPS = 1e21               # a zettaFLOP: larger than a whole step of any job on record
