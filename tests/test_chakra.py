@@ -85,3 +85,12 @@ def test_same_input_gives_byte_identical_traces(tmp_path, plain_topology):
     names = sorted(p.name for p in (tmp_path / "a").iterdir())
     assert names == ["comm_group.json", "x.0.et", "x.1.et", "x.2.et", "x.3.et"]
     assert all((tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes() for n in names)
+
+
+def test_wrote_line_names_the_directory_once(tmp_path, plain_topology, capsys):
+    """`-o DIR/` (a trailing slash) prints `wrote DIR/:`, not `DIR//:`."""
+    path = small_scenario(tmp_path, plain_topology, parallel={"tp": 2, "pp": 2, "dp": 1}, training={"global_batch_size": 4})
+    out = tmp_path / "et"
+    assert main(["export", "chakra", str(path), "-o", f"{out}/"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"wrote {out}/: 4 files simtrain.<rank>.et") and "//" not in printed

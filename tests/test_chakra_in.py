@@ -257,3 +257,120 @@ def test_missing_chakra_package_is_a_config_error(monkeypatch, tmp_path):
     monkeypatch.setattr(builtins, "__import__", no_chakra)
     with pytest.raises(ConfigError, match="pip install 'simtrain\\[chakra\\]'"):
         read_trace(ASTRA / "all_reduce_8npus_1MB")
+
+
+def _ranks_of_coll(d, n, pg=None):
+    d.mkdir()
+    for r in range(n):
+        _write(d / f"w.{r}.et", [_coll(0, 1024, pg)])
+
+
+def test_missing_last_file_named_by_comm_group(tmp_path, capsys):
+    """comm_group.json lists ranks 0..3 but only w.0..w.2 exist: N = 2 + 1 = 3 ranks are read, and
+    the group names rank 3, whose file w.3.et is the one missing. One line, exit 2, no traceback."""
+    d = tmp_path / "t"
+    _ranks_of_coll(d, 3, "1")
+    (d / "comm_group.json").write_text(json.dumps({"1": [0, 1, 2, 3]}))
+    with pytest.raises(ConfigError) as e:
+        read_trace(d)
+    (p,) = e.value.problems
+    assert p.file == str(d / "w.3.et")
+    assert p.problem == "missing: comm_group.json group 1 names rank 3, but the trace has files for ranks 0..2 only"
+    assert "remove rank 3 from comm_group.json" in p.fix
+    path = small_scenario(tmp_path, node_topology(tmp_path, 4))
+    assert main(["run", str(path), "--workload", f"chakra:{d}"]) == 2
+    err = capsys.readouterr().err
+    assert "w.3.et: missing: comm_group.json group 1 names rank 3" in err and "Traceback" not in err
+
+
+def test_many_missing_files_are_capped(tmp_path):
+    """Groups name ranks 0..11 over 4 files: ranks 4..11, 8 files, are missing; rank 4 is named by
+    both groups. The first 5 (ranks 4..8) get a line each, then one line for the other 3."""
+    d = tmp_path / "t"
+    _ranks_of_coll(d, 4, "1")
+    (d / "comm_group.json").write_text(json.dumps({"1": list(range(12)), "2": [0, 4]}))
+    with pytest.raises(ConfigError) as e:
+        read_trace(d)
+    ps = e.value.problems
+    assert [p.file for p in ps[:5]] == [str(d / f"w.{r}.et") for r in range(4, 9)]
+    assert ps[0].problem.startswith("missing: comm_group.json group 1 (and 1 more group) names rank 4")
+    assert len(ps) == 6 and ps[5].file == str(d) and ps[5].problem.startswith("... and 3 more rank files missing")
+
+
+def test_missing_last_file_of_a_ring_of_sends(tmp_path):
+    """ASTRA-sim's custom ring with rank 7's file removed: rank r sends to r + 1 and receives from
+    r - 1 (mod 8), 14 of each per rank (112 / 8). So rank 6's 14 sends and rank 0's 14 receives
+    name rank 7, beyond the 7 files: two lines, each naming the missing file, nothing else."""
+    d = tmp_path / "ring"
+    shutil.copytree(ASTRA / "custom_allreduce_8npus_1MB", d)
+    (d / "custom_allreduce.7.et").unlink()
+    with pytest.raises(ConfigError) as e:
+        read_trace(d)
+    ps = e.value.problems
+    assert [p.file for p in ps] == [str(d / "custom_allreduce.0.et"), str(d / "custom_allreduce.6.et")]
+    assert ps[0].path.endswith(".comm_src") and ps[1].path.endswith(".comm_dst")
+    for p in ps:
+        assert "names peer rank 7 (as do 13 more nodes of this file), but the trace has files for ranks 0..6 only" in p.problem
+        assert p.fix.startswith("rank 7's file custom_allreduce.7.et is missing")
+    assert ps[1].fix.endswith("or comm_dst is wrong")
+
+
+def test_sends_to_a_missing_rank_are_capped(tmp_path):
+    """Ranks 0..6 each send once to rank 9 (beyond 7 files): 7 lines of the same cause, shown as
+    the first 5 and `... and 2 more`."""
+    d = tmp_path / "t"
+    d.mkdir()
+    for r in range(7):
+        s = pb.Node(id=0, type=pb.COMM_SEND_NODE)
+        s.attr.extend([pb.AttributeProto(name="comm_dst", int32_val=9), pb.AttributeProto(name="comm_size", int64_val=8)])
+        _write(d / f"w.{r}.et", [s])
+    with pytest.raises(ConfigError) as e:
+        read_trace(d)
+    ps = e.value.problems
+    assert len(ps) == 6 and [p.file for p in ps[:5]] == [str(d / f"w.{r}.et") for r in range(5)]
+    assert ps[5].problem == "... and 2 more files with sends / receives naming a rank without a file"
+
+
+def test_summary_says_how_many_ranks_were_read(tmp_path, capsys):
+    """ASTRA-sim's all-reduce without its last file: collectives of every rank, no comm_group.json,
+    nothing that names a rank, so 7 ranks are read and the summary says so and that nothing could
+    tell. The ring of sends names its ranks: the count alone."""
+    d = tmp_path / "ar"
+    shutil.copytree(ASTRA / "all_reduce_8npus_1MB", d)
+    (d / "all_reduce.7.et").unlink()
+    path = small_scenario(tmp_path, node_topology(tmp_path, 8), parallel={"tp": 1, "pp": 1, "dp": 8})
+    assert main(["run", str(path), "--workload", f"chakra:{d}"]) == 0
+    out = capsys.readouterr().out
+    assert "  ranks              replayed 7 ranks from all_reduce.{0..6}.et (nothing in the trace names a rank: check the job had 7)\n" in out
+    assert main(["run", str(path), "--workload", f"chakra:{ASTRA / 'custom_allreduce_8npus_1MB'}"]) == 0
+    out = capsys.readouterr().out
+    assert "  ranks              replayed 8 ranks from custom_allreduce.{0..7}.et\n" in out
+
+
+def test_workload_path_messages(tmp_path, capsys):
+    """A path whose directory does not exist, a name that is no prefix of an existing directory of
+    other traces (the prefixes found are listed), and the one-prefix case."""
+    path = small_scenario(tmp_path, node_topology(tmp_path, 8), parallel={"tp": 1, "pp": 1, "dp": 8})
+    two = tmp_path / "two"
+    two.mkdir()
+    for src in ("all_reduce_8npus_1MB", "all_gather_8npus_1MB"):
+        for f in (ASTRA / src).iterdir():
+            shutil.copy(f, two)
+    cases = [(tmp_path / "nonexistent", "nonexistent: no such directory or trace prefix"),
+             (tmp_path / "nodir" / "x", "x: no such directory or trace prefix"),
+             (two / "nosuch", f"no trace files nosuch.<rank>.et; {two} holds the prefixes all_gather, all_reduce; "
+                              f"name one: chakra:{two / 'all_gather'}"),
+             (ASTRA / "all_reduce_8npus_1MB" / "nosuch", "holds the prefix all_reduce only")]
+    for spec, needle in cases:
+        assert main(["run", str(path), "--workload", f"chakra:{spec}"]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_replay_out_with_trailing_slash(tmp_path, capsys):
+    """`--out DIR/` prints `wrote DIR/:` once, not `DIR//:`."""
+    path = small_scenario(tmp_path, node_topology(tmp_path, 8), parallel={"tp": 1, "pp": 1, "dp": 8})
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--workload", f"chakra:{ASTRA / 'all_reduce_8npus_1MB'}", "--out", f"{out}/"]) == 0
+    printed = capsys.readouterr().out
+    assert f"  wrote {out}/: result.json trace.json run_info.json report.html" in printed and "//" not in printed

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from pathlib import Path
 
 from simtrain.errors import ConfigError, Problem
 from simtrain.imports.megatron import to_args
@@ -48,6 +49,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     with staged_dir(args.out, "-o") as out:
         info = write_chakra(run.ops, run.timeline, run.classes, grid, out, args.prefix, mirror,
                             {"scenario": sc.name, "step_time_s": repr(run.result.step_time_s)})
-    print(f"wrote {args.out}/: {info['files']} files {args.prefix}.<rank>.et ({len(info['nodes'])} distinct programs, "
+    print(f"wrote {Path(args.out)}/: {info['files']} files {args.prefix}.<rank>.et ({len(info['nodes'])} distinct programs, "
           f"{min(info['nodes'].values())}-{max(info['nodes'].values())} nodes each), comm_group.json ({info['groups']} groups)")
     return 0

@@ -11,6 +11,7 @@ from pathlib import Path
 from simtrain import __version__
 from simtrain.errors import ConfigError, Problem
 from simtrain.hardware.topology import Topology
+from simtrain.program.chakra import Trace, rank_files
 from simtrain.replay import ReplayRun, replay_chakra
 from simtrain.results.io import check_out_dir, staged_dir, to_json, write_atomic
 from simtrain.results.report import write_report
@@ -31,6 +32,16 @@ def workload_source(spec: str) -> tuple[str, str]:
     return kind, path
 
 
+def ranks_line(t: Trace) -> str:
+    """How many ranks were read, from which files; where nothing in the trace (no comm_group.json,
+    no send or receive) names a rank, a missing last file cannot be told from a smaller job, and
+    the line says so."""
+    line = f"replayed {t.world} ranks from {rank_files(t)}"
+    if not t.groups and not any(x.type in ("send", "recv") for nodes in t.ranks for x in nodes):
+        line += f" (nothing in the trace names a rank: check the job had {t.world})"
+    return line
+
+
 def summary(run: ReplayRun) -> str:
     r = run.result
     step = r.step_time_s
@@ -39,6 +50,7 @@ def summary(run: ReplayRun) -> str:
         f"simtrain {__version__} — Chakra trace {r.trace} ({r.prefix}.<rank>.et, {r.ranks} ranks) on {r.topology}, "
         f"{r.device}, {r.network_backend} network",
         "  nodes              " + ", ".join(f"{v:,} {k}" for k, v in r.nodes.items()),
+        "  ranks              " + ranks_line(run.trace),
         f"  compute nodes      {cf['trace_duration']:,} at their recorded duration, {cf['cost_model']:,} by the cost model",
         "",
         f"  step time          {fmt_time(step)}",
@@ -85,5 +97,5 @@ def cmd_run_chakra(args: argparse.Namespace, sc: Scenario, topo: Topology) -> in
     else:
         print(summary(run))
         if args.out:
-            print(f"\n  wrote {args.out}/: {' '.join(OUT_FILES)}")
+            print(f"\n  wrote {Path(args.out)}/: {' '.join(OUT_FILES)}")
     return 0

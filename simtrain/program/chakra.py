@@ -124,14 +124,24 @@ def trace_files(spec: str | Path) -> tuple[Path, str, list]:
     found: dict = {}
     for f in sorted(d.iterdir()):
         m = ET_NAME.match(f.name)
-        if m and f.is_file() and (want is None or m["prefix"] == want):
+        if m and f.is_file():
             found.setdefault(m["prefix"], {})[int(m["rank"])] = f
+    if want is not None:
+        if want not in found:
+            if found:
+                names = sorted(found)
+                held = f"the prefixes {', '.join(names)}" if len(names) > 1 else f"the prefix {names[0]} only"
+                raise ConfigError([_problem(p, "", f"no trace files {want}.<rank>.et; {d} holds {held}",
+                                            f"name one: chakra:{d / names[0]}")])
+            raise ConfigError([_problem(p, "", "no such directory or trace prefix",
+                                        "give --workload chakra:DIR (a directory of <prefix>.<rank>.et files) or chakra:DIR/PREFIX")])
+        found = {want: found[want]}
     if not found:
         raise ConfigError([_problem(p, "", "no Chakra trace files (<prefix>.<rank>.et) here",
                                     "point chakra: at the directory ASTRA-sim's --workload-configuration names, or at DIR/PREFIX")])
     if len(found) > 1:
         raise ConfigError([_problem(d, "", f"holds the traces of several prefixes ({', '.join(sorted(found))})",
-                                    f"name one: chakra:{d}/{sorted(found)[0]}")])
+                                    f"name one: chakra:{d / sorted(found)[0]}")])
     prefix, by_rank = next(iter(found.items()))
     n = max(by_rank) + 1
     missing = [r for r in range(n) if r not in by_rank]
@@ -139,6 +149,19 @@ def trace_files(spec: str | Path) -> tuple[Path, str, list]:
         raise ConfigError([_problem(d / f"{prefix}.{missing[0]}.et", "", f"missing: ranks run 0..{n - 1} but {len(missing)} files are absent "
                                     f"(first: rank {missing[0]})", "write one file per rank, as ASTRA-sim expects")])
     return d, prefix, [by_rank[r] for r in range(n)]
+
+
+def rank_files(t: "Trace") -> str:
+    """The file names of a trace's ranks in brace form: `all_reduce.{0..6}.et` (one rank: its name)."""
+    return f"{t.prefix}.0.et" if t.world == 1 else f"{t.prefix}.{{0..{t.world - 1}}}.et"
+
+
+def _capped(problems: list, where: str | Path, what: str, limit: int = 5) -> list:
+    """At most `limit` of `problems`, then one line saying how many more of `what` there are."""
+    if len(problems) <= limit:
+        return problems
+    rest = len(problems) - limit
+    return problems[:limit] + [_problem(where, "", f"... and {rest} more {what}", "the same cause and fix as the lines above")]
 
 
 def _attrs(node) -> dict:
@@ -280,10 +303,23 @@ def read_trace(spec: str | Path) -> Trace:
     if problems:
         raise ConfigError(problems)
     n = len(files)
+    absent: dict = {}              # rank >= n -> groups naming it
     for g, members in groups.items():
-        bad = [x for x in members if x < 0 or x >= n]
-        if bad:
-            problems.append(_problem(gfile, g, f"rank {bad[0]} is not in the trace (ranks 0..{n - 1})", "list only ranks that have a file"))
+        neg = [x for x in members if x < 0]
+        if neg:
+            problems.append(_problem(gfile, g, f"rank {neg[0]} is negative", "list rank numbers 0..N-1"))
+        for x in members:
+            if x >= n:
+                absent.setdefault(x, []).append(g)
+    missing = []
+    for x, gs in sorted(absent.items()):
+        also = f" (and {len(gs) - 1} more group{'s' if len(gs) > 2 else ''})" if len(gs) > 1 else ""
+        missing.append(_problem(d / f"{prefix}.{x}.et", "", f"missing: {gfile.name} group {gs[0]}{also} names rank {x}, "
+                                f"but the trace has files for ranks 0..{n - 1} only",
+                                f"copy every rank's file into {d}, or remove rank {x} from {gfile.name}"))
+    problems += _capped(missing, d, f"rank files missing, up to {prefix}.{max(absent, default=0)}.et")
+    if problems:
+        raise ConfigError(problems)
     t = Trace(d, prefix, files, ranks, groups, version)
     _check_comm(t, problems)
     if problems:
@@ -301,6 +337,7 @@ def _check_comm(t: Trace, problems: list) -> None:
     seqs: dict = {}                # group -> rank -> [node]
     sends: dict = {}               # (src, dst, tag) -> [node]
     recvs: dict = {}
+    beyond: dict = {}              # (rank, peer >= world) -> [(node, where, key)]
     for r, nodes in enumerate(t.ranks):
         f = t.files[r]
         for x in nodes:
@@ -316,12 +353,25 @@ def _check_comm(t: Trace, problems: list) -> None:
                     continue
                 seqs.setdefault(x.group, {}).setdefault(r, []).append(x)
             elif x.type in ("send", "recv"):
-                if not 0 <= x.peer < t.world or x.peer == r:
-                    problems.append(_problem(f, where, f"peer rank {x.peer} is not another rank of the trace (0..{t.world - 1})",
-                                             "fix comm_src / comm_dst"))
+                field = "comm_dst" if x.type == "send" else "comm_src"
+                if x.peer >= t.world:
+                    beyond.setdefault((r, x.peer), []).append((x, where, field))
+                    continue
+                if x.peer < 0 or x.peer == r:
+                    problems.append(_problem(f, f"{where}.{field}", f"peer rank {x.peer} is not another rank of the trace (0..{t.world - 1})",
+                                             f"fix {field}"))
                     continue
                 key = (r, x.peer, x.tag) if x.type == "send" else (x.peer, r, x.tag)
                 (sends if x.type == "send" else recvs).setdefault(key, []).append((r, x))
+    lines = []
+    for (r, peer), xs in sorted(beyond.items()):
+        x, where, field = xs[0]
+        fields = " / ".join(sorted({k for _, _, k in xs}))
+        more = f" (as do {len(xs) - 1} more nodes of this file)" if len(xs) > 1 else ""
+        lines.append(_problem(t.files[r], f"{where}.{field}", f"names peer rank {peer}{more}, but the trace has files for "
+                              f"ranks 0..{t.world - 1} only", f"rank {peer}'s file {t.prefix}.{peer}.et is missing "
+                              f"(copy it into {t.source}), or {fields} is wrong"))
+    problems += _capped(lines, t.source, "files with sends / receives naming a rank without a file")
     for g, by in seqs.items():
         mem = members(t, g)
         counts = {r: len(by.get(r, [])) for r in mem}
