@@ -16,7 +16,7 @@ import yaml
 from conftest import ROOT
 
 from simtrain.cli.main import main
-from simtrain.errors import ConfigError
+from simtrain.errors import Collector, ConfigError
 from simtrain.imports import megatron, shell
 from simtrain.imports.common import Options
 from simtrain.imports.dispatch import import_files, load_foreign
@@ -389,3 +389,170 @@ def test_shell_arrays_quotes_and_arithmetic():
                          lambda w: w[0].text == "run.py")
     assert [w.text for w in s.words] == ["run.py", "--a", "1", "--b", "two", "--w", "16", "--a", "1", "--b two", "--w 16",
                                          "yes", "dflt"]
+
+
+# -- misspelled and answer-changing Megatron arguments ---------------------------------------
+
+GPT3_ARGS = ["--world-size", "1024", "--topology", "dgx-a100", "--device", "a100-sxm4-80gb"]
+
+
+def _megatron_problems(tmp_path, text: str, suffix: str = ".sh", **opts) -> list:
+    f = tmp_path / f"t{suffix}"
+    f.write_text(text)
+    with warnings.catch_warnings(), pytest.raises(ConfigError) as e:
+        warnings.simplefilter("ignore")
+        import_files("megatron", [str(f)], Options(topology="dgx-a100", device="a100-sxm4-80gb", **opts), tmp_path / "s.yaml")
+    return list(e.value.problems)
+
+
+def test_misspelled_megatron_argument_is_refused_with_the_real_name(tmp_path, capsys):
+    """The GPT-3 script with one letter dropped from --tensor-model-parallel-size: Megatron-LM would
+    refuse it, and read as written tp would silently be 1. One error, naming it and the real name."""
+    text = (MEG / "train_gpt3_175b_distributed.sh").read_text()
+    assert text.count("--tensor-model-parallel-size 8") == 1
+    typo = text.replace("--tensor-model-parallel-size 8", "--tensor-model-paralel-size 8")
+    (p,) = _megatron_problems(tmp_path, typo, world_size=1024)
+    assert p.file == str(tmp_path / "t.sh") and p.path == "--tensor-model-paralel-size"
+    assert p.problem.startswith("not a Megatron-LM argument") and p.fix == "did you mean --tensor-model-parallel-size?"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["import", "megatron", str(tmp_path / "t.sh"), *GPT3_ARGS, "-o", str(tmp_path / "o.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "--tensor-model-paralel-size: not a Megatron-LM argument" in err and "Traceback" not in err
+    assert not (tmp_path / "o.yaml").exists()
+
+
+def test_unknown_argument_without_a_close_name_is_a_warning(tmp_path):
+    """--deepspeed / --zero-stage (Megatron-DeepSpeed's) and --patch-tokenizer-type
+    (Pai-Megatron-Patch's; six edits from --tokenizer-type) are more than two edits from every
+    Megatron-LM name: a fork's arguments, named in one warning, not refused."""
+    f = tmp_path / "t.args"
+    f.write_text("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+                 "--vocab-size 1000 --bf16 --micro-batch-size 1 --deepspeed --zero-stage 1 --patch-tokenizer-type Qwen2Tokenizer")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        import_files("megatron", [str(f)], Options(topology="dgx-a100", device="a100-sxm4-80gb", world_size=8), tmp_path / "s.yaml")
+    (msg,) = [str(x.message) for x in w if "does not define" in str(x.message)]
+    assert "3 arguments" in msg and all(x in msg for x in ("--deepspeed", "--zero-stage", "--patch-tokenizer-type"))
+    assert not any("--deepspeed" in str(x.message) for x in w if "does not define" not in str(x.message))
+
+
+def test_every_argument_of_the_examples_and_the_export_is_known():
+    """Nothing the committed Megatron-LM scripts pass, nor what `simtrain export megatron` writes,
+    is taken for a misspelling."""
+    for f in sorted(MEG.glob("*.sh")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            values, _, _ = megatron.read_args(str(f), f.read_text(), Options(), Collector(str(f)))
+        assert len(values) > 30 and [k for k in values if not megatron.known_arg(k)] == []
+    for src in ("mixtral-8x7b-h100-64.yaml", "llama3-8b-h200-64.yaml"):
+        sc, _ = load_scenario(ROOT / "scenarios" / src)
+        flags = [a for a in megatron.to_args(sc.resolved()) if a.startswith("--")]
+        assert [a for a in flags if not megatron.known_arg(a)] == []
+    assert not megatron.known_arg("--tensor-model-paralel-size")
+
+
+def _import_warnings(tmp_path, capsys, *argv) -> list:
+    """The warnings `simtrain import megatron ARGV` prints, one per line, without `warning: `."""
+    assert main(["import", "megatron", *argv, "-o", str(tmp_path / "s.yaml")]) == 0
+    return [x.removeprefix("warning: ") for x in capsys.readouterr().err.splitlines() if x.startswith("warning: ")]
+
+
+def test_grad_reduce_in_bf16_and_fp8_param_gather_get_their_own_warning(tmp_path, capsys):
+    """The Llama 3 8B FP8 script passes --grad-reduce-in-bf16 (bf16 gradients: 2 bytes per
+    parameter, where simtrain counts fp32's 4) and, in its fp8 branch, --fp8-param-gather (fp8
+    weights: 1 byte where simtrain counts 2). Each is named in a warning of its own that says what
+    it means for the answer, and neither hides in the ignored list."""
+    f = str(MEG / "train_llama3_8b_h100_fp8.sh")
+    msgs = _import_warnings(tmp_path, capsys, f, *H100)
+    grad = [m for m in msgs if m.startswith(f"{f}: --grad-reduce-in-bf16: ")]
+    fp8 = [m for m in msgs if m.startswith(f"{f}: --fp8-param-gather: ")]
+    assert len(grad) == 1 and "counted at 4 bytes per parameter where the run uses 2" in grad[0]
+    assert "gradient memory and the data-parallel gradient reduction" in grad[0]
+    assert len(fp8) == 1 and "counted at 2 bytes per parameter where the run uses 1" in fp8[0]
+    (ignored,) = [m for m in msgs if "ignored" in m]
+    assert "--grad-reduce-in-bf16" not in ignored and "--fp8-param-gather" not in ignored
+
+
+def test_grad_reduce_in_bf16_with_fp16_and_dropout_against_the_architecture(tmp_path, capsys):
+    """With --fp16 simtrain's gradients are 16-bit too: no warning. simtrain's llama has no dropout,
+    so --hidden-dropout 0.1 with --swiglu is warned and --attention-dropout 0.0 is not (it agrees);
+    its gpt has dropout, so --hidden-dropout 0 without --swiglu is warned, and --attention-dropout 0
+    only without flash attention (flash attention keeps no dropout mask)."""
+    base = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 "
+            "--micro-batch-size 1 --global-batch-size 8 ")
+    msgs = _import_warnings(tmp_path, capsys, "--args", base + "--fp16 --grad-reduce-in-bf16 --swiglu --hidden-dropout 0.1 "
+                            "--attention-dropout 0.0", "--world-size", "8", *H100)
+    assert not any("--grad-reduce-in-bf16" in m for m in msgs)
+    (drop,) = [m for m in msgs if "dropout" in m]
+    assert drop == ("--args: --hidden-dropout: the run applies hidden dropout 0.1, but simtrain's llama architecture "
+                    "has none: its masks in activation memory are left out")
+    msgs = _import_warnings(tmp_path, capsys, "--args", base + "--bf16 --hidden-dropout 0 --attention-dropout 0",
+                            "--world-size", "8", *H100)
+    assert [m for m in msgs if "dropout" in m] == [
+        "--args: --hidden-dropout: the run has no hidden dropout, but simtrain's gpt architecture counts it: its masks in activation memory"]
+    msgs = _import_warnings(tmp_path, capsys, "--args", base + "--bf16 --attention-dropout 0 --attention-backend unfused",
+                            "--world-size", "8", *H100)
+    assert [m for m in msgs if "dropout" in m] == [
+        "--args: --attention-dropout: the run has no attention dropout, but simtrain's gpt architecture counts it: "
+        "its masks in activation memory and its kernels in the step time"]
+
+
+# -- JSON that cannot be read ---------------------------------------------------------------
+
+def test_truncated_deepspeed_config_names_line_and_column(tmp_path):
+    """The file stops inside the string that opens at line 3, column 33 (` "zero_optimization":
+    {"stage": "3`: a space, the 19-character key with its quotes, `:`, a space, `{`, `"stage"`,
+    `:`, a space, then the quote). A repeated key keeps the reader's own fix."""
+    f = tmp_path / "ds.json"
+    f.write_text('{\n "train_micro_batch_size_per_gpu": 4,\n "zero_optimization": {"stage": "3')
+    with pytest.raises(ConfigError) as e:
+        import_files("deepspeed", [str(f)], Options(topology="dgx-h100", device="h100-sxm5-80gb", world_size=8), tmp_path / "s.yaml")
+    (p,) = e.value.problems
+    assert p.file == str(f) and p.path == ""
+    assert p.problem == "not valid JSON (line 3, column 33: unterminated string starting at this point)"
+    assert p.fix == "give a DeepSpeed config (JSON)" and "it not valid" not in str(p)
+    f.write_text('{"a": 1, "a": 2}')
+    with pytest.raises(ConfigError) as e:
+        import_files("deepspeed", [str(f)], Options(topology="dgx-h100", device="h100-sxm5-80gb", world_size=8), tmp_path / "s.yaml")
+    (p,) = e.value.problems
+    assert p.problem.startswith("duplicate key 'a'") and p.fix == "remove one"
+
+
+def test_truncated_hf_config_is_named_not_the_output(tmp_path, capsys):
+    """`{"model_type": "llama", "hidden_size": 4096` ends after column 43 (1 + 12 + 1 + 1 + 7 + 1 +
+    1 + 13 + 1 + 1 + 4 characters), where json expects `,` or `}`: the error names the config file
+    and column 44, not the scenario being written."""
+    hf = tmp_path / "config.json"
+    hf.write_text('{"model_type": "llama", "hidden_size": 4096')
+    out = tmp_path / "o.yaml"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["import", "megatron", str(MEG / "train_llama3_8b_h100_fp8.sh"), "--hf-config", str(hf), *H100,
+                     "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{hf}: not valid JSON (line 1, column 44: expecting ',' delimiter); give the model's Hugging Face config.json" in err
+    assert str(out) not in err and "Traceback" not in err
+    hf.write_text("[1, 2]")
+    with warnings.catch_warnings(), pytest.raises(ConfigError) as e:
+        warnings.simplefilter("ignore")
+        import_files("torchtitan", [str(DATA / "torchtitan" / "llama3_8b.toml")],
+                     Options(world_size=8, topology="dgx-h100", device="h100-sxm5-80gb", hf_config=str(hf)), out)
+    (p,) = e.value.problems
+    assert p.file == str(hf) and p.problem == "holds a JSON list, not an object"
+
+
+def test_torchtitan_degree_below_one_says_the_bound(tmp_path):
+    (p,) = _torchtitan_problems(tmp_path, "tensor_parallel_degree = -3")
+    assert p.path == "parallelism.tensor_parallel_degree"
+    assert p.problem == "expected a whole number >= 1, got -3" and p.fix == "give a whole number >= 1"
+
+
+def _torchtitan_problems(tmp_path, line: str) -> list:
+    f = tmp_path / "t.toml"
+    f.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 1024\n'
+                 f'[activation_checkpoint]\nmode = "full"\n[parallelism]\n{line}\n')
+    with warnings.catch_warnings(), pytest.raises(ConfigError) as e:
+        warnings.simplefilter("ignore")
+        import_files("torchtitan", [str(f)], Options(topology="dgx-h100", device="h100-sxm5-80gb", world_size=8), tmp_path / "s.yaml")
+    return list(e.value.problems)

@@ -8,6 +8,7 @@ warning naming them all: the count plus the names) or refused with a ConfigError
 """
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -16,9 +17,10 @@ from typing import Any
 
 import yaml
 
-from simtrain.errors import Collector, ConfigError
+from simtrain.errors import Collector, ConfigError, Problem
 from simtrain.hardware import devices
 from simtrain.hardware.topology import find_topology_file, load_topology
+from simtrain.spec.files import TreeError, parse_json, read_text
 from simtrain.spec.loading import model_presets
 
 # names shown in an "ignored" warning before "and N more"
@@ -101,6 +103,41 @@ def ignored_message(file: str, names: list[str], what: str = "fields") -> str:
     return f"{file}: ignored {len(names)} {what} that simtrain does not read: {shown}"
 
 
+def json_problem(text: str, e: TreeError, fix: str) -> tuple[str, str]:
+    """(problem, fix) for JSON text that parse_json refused: where json cannot parse it, the line,
+    column and what json expected ("not valid JSON (line 7, column 2: unterminated string starting
+    here)"); otherwise the reason simtrain refuses it (a repeated key, nesting too deep), with that
+    reason's own fix where it gives one, else `fix`."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as d:
+        what = d.msg[:1].lower() + d.msg[1:]
+        if what.endswith(" at"):
+            what += " this point"
+        return f"not valid JSON (line {d.lineno}, column {d.colno}: {what})", fix
+    except (ValueError, RecursionError, OverflowError):
+        pass
+    problem, _, own = str(e).partition("; ")
+    return problem, own or fix
+
+
+def hf_config_problems(path: Path) -> list[Problem]:
+    """Problems of a Hugging Face config.json given with --hf-config, naming that file: unreadable,
+    not JSON, or not one JSON object."""
+    fix = "give the model's Hugging Face config.json (one complete JSON object)"
+    try:
+        text = read_text(path)
+    except (OSError, ValueError, TreeError) as e:
+        return [Problem(str(path), "", f"cannot read the file: {e}", fix)]
+    try:
+        cfg = parse_json(text)
+    except TreeError as e:
+        return [Problem(str(path), "", *json_problem(text, e, fix))]
+    if not isinstance(cfg, dict):
+        return [Problem(str(path), "", f"holds a JSON {type(cfg).__name__}, not an object", fix)]
+    return []
+
+
 def devices_per_node(ref: str, file: str, errs: Collector) -> int | None:
     """Devices of one node of the topology `ref` (a path or a shipped name)."""
     tfile = find_topology_file(ref, Path.cwd())
@@ -153,6 +190,10 @@ def model_section(opts: Options, seq_length: int | None, errs: Collector, out_di
         p = Path(opts.hf_config)
         if not p.is_file():
             errs.add("--hf-config", f"file {opts.hf_config!r} not found", "give the path of a Hugging Face config.json")
+            return None
+        bad = hf_config_problems(p)
+        if bad:
+            errs.problems.extend(bad)
             return None
         m = {"hf_config": os.path.relpath(p.resolve(), out_dir.resolve())}
     else:

@@ -11,7 +11,7 @@ from typing import Any
 from simtrain.errors import Collector, ConfigError
 from simtrain.hardware.topology import Topology
 from simtrain.imports import deepspeed, megatron, torchtitan, verl
-from simtrain.imports.common import Options, devices_per_node
+from simtrain.imports.common import Options, devices_per_node, json_problem
 from simtrain.spec.files import TreeError, parse_json, read_text
 from simtrain.spec.loading import apply_overrides, attribute_overrides, build_scenario
 from simtrain.spec.scenario import Scenario
@@ -65,7 +65,7 @@ def import_files(kind: str, files: list[str], opts: Options, out: Path, args: st
             try:
                 d = parse_json(t or "")
             except TreeError as e:
-                errs.add("", f"not valid JSON: it {e}", "give a DeepSpeed config (JSON)")
+                errs.add("", *json_problem(t or "", e, "give a DeepSpeed config (JSON)"))
                 errs.raise_if_any()
             if _is_hf_config(d) and opts.hf_config is None:
                 opts.hf_config = f

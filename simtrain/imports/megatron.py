@@ -18,6 +18,7 @@ Derived as Megatron derives them (megatron/training/arguments.py):
 """
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 import warnings
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from simtrain.errors import Collector
-from simtrain.imports.common import Fields, Options, cluster_section, drop_none, model_section
+from simtrain.imports.common import SHOWN_NAMES, Fields, Options, cluster_section, drop_none, model_section
+from simtrain.imports.megatron_args import NAMES as MEGATRON_ARGS
 from simtrain.imports.shell import Script, ShellError, Word, run_script
 
 # flags that take no value (store_true / store_false in Megatron's argument parser); every
@@ -43,6 +45,57 @@ _REFUSED = {
     "--encoder-num-layers": "encoder-decoder models are not modelled",
     "--recompute-modules": "recomputation of a chosen set of modules is not modelled (selective recomputes attention)",
 }
+
+# arguments simtrain ignores that change the simulated answer: each gets its own warning saying how
+# (the others are listed together in one "ignored" warning)
+_DIFFERS = {
+    "--grad-reduce-in-bf16": "the run keeps and reduces gradients in bf16, but simtrain counts fp32 gradients: gradient "
+                             "memory and the data-parallel gradient reduction are counted at 4 bytes per parameter where "
+                             "the run uses 2 (both come out twice the run's)",
+    "--fp8-param-gather": "the run keeps its compute weights in fp8 and all-gathers them in fp8, but simtrain counts 16-bit "
+                          "weights: weight memory and the distributed optimizer's parameter all-gather are counted at "
+                          "2 bytes per parameter where the run uses 1 (both come out twice the run's)",
+}
+# read by this importer under names Megatron-LM's parser no longer spells out
+_OLD_NAMES = {"--no-overlap-grad-reduce", "--no-overlap-param-gather"}
+
+
+def known_arg(name: str) -> bool:
+    """Whether `name` (dashes for underscores) is an argument of Megatron-LM's training parser."""
+    return name in MEGATRON_ARGS or name in _OLD_NAMES
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance: letters inserted, dropped or changed to turn `a` into `b`."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
+def check_names(f: Fields) -> None:
+    """Megatron-LM refuses an argument it does not define, so one a letter or two (two edits) away from a
+    real name is refused as a misspelling (read as written it would silently change the answer), with the
+    real name as the fix. One far from every name is more likely a fork's or an extra_args_provider's
+    (Megatron-DeepSpeed's --deepspeed, Pai-Megatron-Patch's own): it gets one warning naming them all
+    and is otherwise ignored."""
+    foreign = []
+    names = sorted(MEGATRON_ARGS | _OLD_NAMES)
+    for name in f.values:
+        if known_arg(name):
+            continue
+        close = [c for c in difflib.get_close_matches(name, names, n=3, cutoff=0.8) if _edits(name, c) <= 2]
+        if close:
+            f.refuse(name, "not a Megatron-LM argument (Megatron-LM itself would refuse it)", f"did you mean {close[0]}?")
+        else:
+            foreign.append(name)
+    if foreign:
+        f.use(*foreign)
+        shown = ", ".join(foreign[:SHOWN_NAMES]) + (f" and {len(foreign) - SHOWN_NAMES} more" if len(foreign) > SHOWN_NAMES else "")
+        warnings.warn(f"{f.file}: ignored {len(foreign)} argument{'s' if len(foreign) > 1 else ''} that Megatron-LM's own "
+                      f"parser does not define (a fork's or an extra_args_provider's?): {shown}", stacklevel=3)
 
 
 def is_launch(words: list[Word]) -> bool:
@@ -93,7 +146,7 @@ def read_args(file: str, text: str, opts: Options, errs: Collector) -> tuple[dic
     notes: list[str] = []
     script: Script | None = None
     try:
-        if re.search(r"(^|\s)--[a-z]", text) and not re.search(r"(torchrun|python|deepspeed|\.py)\b", text):
+        if re.search(r"(^|\s)--[a-z]", text) and not re.search(r"(?<![-\w])(torchrun|python|deepspeed)\b|\.py\b", text):
             words = [Word(t) for t in shlex.split(text, comments=True)]
             launcher, args = {}, words
         else:
@@ -183,6 +236,7 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
     f = Fields(file, values, errs)
     if not values:
         return {}
+    check_names(f)
     world = opts.world_size or launcher_world
     world_from = "--world-size" if opts.world_size else "--nnodes"
 
@@ -384,6 +438,14 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
     if fusions:
         training["fusions"] = fusions
 
+    for name, why in _DIFFERS.items():
+        if name == "--grad-reduce-in-bf16" and prec == "fp16":
+            f.use(name)                      # fp16 training: simtrain's gradients are 16-bit too
+        elif _flag(f, name):
+            warnings.warn(f"{file}: {name}: {why}", stacklevel=2)
+    if isinstance(model, dict) and model.get("architecture") in ("gpt", "llama"):
+        _dropout(f, file, model["architecture"], flash)
+    f.use("--moe-grouped-gemm")               # simtrain's local experts run as grouped GEMMs
     for name, why in _REFUSED.items():
         if f.has(name) and name not in f.used and f.values[name] not in (None, False, "0"):
             f.refuse(name, why, f"remove {name} (simtrain cannot simulate it)")
@@ -393,6 +455,33 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
     f.warn_ignored("arguments")
     name = opts.name or Path(file).stem
     return drop_none({"name": name, "model": model, "training": training, "parallel": par, "cluster": cluster})
+
+
+def _dropout(f: Fields, file: str, arch: str, flash: bool) -> None:
+    """--attention-dropout / --hidden-dropout against the architecture's dropout: simtrain's gpt
+    has dropout (the hidden dropout's masks stored; without flash attention the attention
+    dropout's masks stored and its kernels timed), its llama none. A value that contradicts that
+    gets a warning; one that agrees, or attention dropout under flash attention (which keeps no
+    mask), is folded into the architecture."""
+    for name, what in (("--hidden-dropout", "hidden dropout"), ("--attention-dropout", "attention dropout")):
+        v = f.values.get(name)
+        if v is None or isinstance(v, _Unset):
+            continue
+        try:
+            p = float(str(v))
+        except ValueError:
+            continue
+        f.use(name)
+        if name == "--attention-dropout" and flash:
+            continue
+        cost = ("its masks in activation memory" if name == "--hidden-dropout"
+                else "its masks in activation memory and its kernels in the step time")
+        if arch == "gpt" and p == 0:
+            warnings.warn(f"{file}: {name}: the run has no {what}, but simtrain's gpt architecture counts it: {cost}",
+                          stacklevel=3)
+        elif arch == "llama" and p > 0:
+            warnings.warn(f"{file}: {name}: the run applies {what} {p:g}, but simtrain's llama architecture has none: "
+                          f"{cost} are left out", stacklevel=3)
 
 
 _FUSION_OFF_FLAGS = {"--no-bias-gelu-fusion": "bias_gelu", "--no-bias-swiglu-fusion": "bias_swiglu",

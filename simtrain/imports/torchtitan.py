@@ -45,7 +45,7 @@ def _int(f: Fields, name: str, default: int | None, lo: int = 1) -> int | None:
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        f.errs.add(name, f"expected a whole number >= {lo}, got {v!r}", "give a whole number")
+        f.errs.add(name, f"expected a whole number >= {lo}, got {v!r}", f"give a whole number >= {lo}")
         return default
     return v
 
