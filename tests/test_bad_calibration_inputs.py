@@ -239,6 +239,8 @@ CASES = [
     Case("kineto-dur-negative", "Kineto trace", trace(_set("traceEvents.1.dur", -30)), "traceEvents[1].dur", ">= 0"),
     Case("kineto-events-map", "Kineto trace", trace(_set("traceEvents", {"a": 1})), "traceEvents", "list"),
     Case("kineto-event-int", "Kineto trace", trace(_set("traceEvents.1", 5)), "traceEvents[1]", "mapping"),
+    # a binary file that is none of the formats: the fix lists what calibrate reads
+    Case("binary-file", "special file", calibrate("run.bin", bytes(range(256)) * 16), "", "an Nsight Systems export"),
     Case("kineto-deep", "Kineto trace", calibrate("trace.json", '{"traceEvents": ' + "[" * 100_000 + "]" * 100_000 + "}"), "", "deep"),
     # simtrain bench calibration file
     Case("bench-list", "bench file", bench_yaml(text="- schema: simtrain-calibration/1\n- gemm: []\n"), "", "mapping"),

@@ -167,6 +167,8 @@ CASES = [
     Case("hf-disagreeing-widths", "hidden_size", "n_embd",
          set=_hfset(), hf={**_hf(model_type="gpt2", n_layer=8, n_head=8), "n_embd": 256, "hidden_size": 512}),
     Case("hf-list", "model.hf_config", "mapping", set=_hfset(), hf="[1, 2, 3]"),
+    Case("hf-missing-comma", "model.hf_config", "line 3, column 2: expecting ',' delimiter", set=_hfset(),
+         hf='{"hidden_size": 64,\n "num_hidden_layers": 2\n "x": 1}'),
     Case("hf-deep", "model.hf_config", "deep", set=_hfset(), hf=DEEP),
     Case("hf-moe-layer-freq-0", "model.moe.layer_freq", ">= 1", set=_hfset(),
          hf=_hf(n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=128, moe_layer_freq=0)),

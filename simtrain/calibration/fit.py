@@ -233,7 +233,8 @@ def collect(files: list, base: str | None = None) -> dict:
             if head[:2] == b"\x1f\x8b" or b'"traceEvents"' in head:
                 _trace(f, raw, got, ferrs, dev, mismatch)
                 continue
-            text = text_of(raw, ferrs, BENCH_FIX)
+            text = text_of(raw, ferrs, "give a calibration file simtrain bench wrote, an nccl-tests log, a PyTorch "
+                           "profiler trace (.json / .json.gz) or an Nsight Systems export (.sqlite)")
             if "simtrain-calibration/" in text[:4096]:
                 c = Checker(ferrs, BENCH_FIX)
                 doc = tree_of(text, "yaml", ferrs, BENCH_FIX)

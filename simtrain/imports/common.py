@@ -8,7 +8,6 @@ warning naming them all: the count plus the names) or refused with a ConfigError
 """
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ import yaml
 from simtrain.errors import Collector, ConfigError, Problem
 from simtrain.hardware import devices
 from simtrain.hardware.topology import find_topology_file, load_topology
-from simtrain.spec.files import TreeError, parse_json, read_text
+from simtrain.spec.files import TreeError, json_problem, parse_json, read_text
 from simtrain.spec.loading import model_presets
 
 # names shown in an "ignored" warning before "and N more"
@@ -101,24 +100,6 @@ class Fields:
 def ignored_message(file: str, names: list[str], what: str = "fields") -> str:
     shown = ", ".join(names[:SHOWN_NAMES]) + (f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else "")
     return f"{file}: ignored {len(names)} {what} that simtrain does not read: {shown}"
-
-
-def json_problem(text: str, e: TreeError, fix: str) -> tuple[str, str]:
-    """(problem, fix) for JSON text that parse_json refused: where json cannot parse it, the line,
-    column and what json expected ("not valid JSON (line 7, column 2: unterminated string starting
-    here)"); otherwise the reason simtrain refuses it (a repeated key, nesting too deep), with that
-    reason's own fix where it gives one, else `fix`."""
-    try:
-        json.loads(text)
-    except json.JSONDecodeError as d:
-        what = d.msg[:1].lower() + d.msg[1:]
-        if what.endswith(" at"):
-            what += " this point"
-        return f"not valid JSON (line {d.lineno}, column {d.colno}: {what})", fix
-    except (ValueError, RecursionError, OverflowError):
-        pass
-    problem, _, own = str(e).partition("; ")
-    return problem, own or fix
 
 
 def hf_config_problems(path: Path) -> list[Problem]:

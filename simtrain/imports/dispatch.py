@@ -11,8 +11,8 @@ from typing import Any
 from simtrain.errors import Collector, ConfigError
 from simtrain.hardware.topology import Topology
 from simtrain.imports import deepspeed, megatron, torchtitan, verl
-from simtrain.imports.common import Options, devices_per_node, json_problem
-from simtrain.spec.files import TreeError, parse_json, read_text
+from simtrain.imports.common import Options, devices_per_node
+from simtrain.spec.files import TreeError, json_problem, parse_json, read_text
 from simtrain.spec.loading import apply_overrides, attribute_overrides, build_scenario
 from simtrain.spec.scenario import Scenario
 

@@ -239,3 +239,21 @@ def load_yaml(path: str | Path, errs: Collector, fix: str) -> Any:
 def load_json(path: str | Path) -> Any:
     """The tree of a JSON file; TreeError says what is wrong."""
     return parse_json(read_text(path))
+
+
+def json_problem(text: str, e: TreeError, fix: str) -> tuple[str, str]:
+    """(problem, fix) for JSON text that parse_json refused: where json cannot parse it, the line,
+    column and what json expected ("not valid JSON (line 7, column 2: unterminated string starting
+    here)"); otherwise the reason simtrain refuses it (a repeated key, nesting too deep), with that
+    reason's own fix where it gives one, else `fix`."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as d:
+        what = d.msg[:1].lower() + d.msg[1:]
+        if what.endswith(" at"):
+            what += " this point"
+        return f"not valid JSON (line {d.lineno}, column {d.colno}: {what})", fix
+    except (ValueError, RecursionError, OverflowError):
+        pass
+    problem, _, own = str(e).partition("; ")
+    return problem, own or fix

@@ -24,7 +24,7 @@ from simtrain.schedules import SCHEDULES
 from simtrain.schedules.csvio import read_csv
 from simtrain.spec import reliability
 from simtrain.spec.fields import parse_value, section_of, validate_map
-from simtrain.spec.files import TreeError, check_tree, load_json, load_yaml, parse_yaml, short
+from simtrain.spec.files import TreeError, check_tree, json_problem, load_json, load_yaml, parse_yaml, read_text, short
 from simtrain.spec.overrides import expand_single
 from simtrain.spec.scenario import (
     COST,
@@ -246,7 +246,12 @@ def _model_from_hf(path: Path, errs: Collector) -> tuple[dict, int | None]:
     try:
         cfg = load_json(path)
     except TreeError as e:
-        errs.add("model.hf_config", f"cannot read {short(str(path), 100)} as JSON: it {e}", "point it at a Hugging Face config.json")
+        fix = "point it at a Hugging Face config.json"
+        try:
+            problem, fix = json_problem(read_text(path), e, fix)
+        except (OSError, ValueError, TreeError):
+            problem = str(e)
+        errs.add("model.hf_config", f"cannot read {short(str(path), 100)} as JSON: {problem}", fix)
         return {}, None
     if not isinstance(cfg, dict):
         errs.add("model.hf_config", f"{short(str(path), 100)} holds a {type(cfg).__name__}, not a mapping",
