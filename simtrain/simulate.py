@@ -184,8 +184,8 @@ def cp_section(sc: Scenario, work: tuple[StageWork, ...]) -> ContextParallel:
     def sent(items):
         tot = 0.0
         for it in items:
-            if isinstance(it, Ring):
-                tot += (it.steps - 1) * it.comm.size_bytes
+            if isinstance(it, Ring) and it.comm.kind == "cp":
+                tot += it.transfers * it.comm.size_bytes
             elif isinstance(it, Comm) and it.kind == "cp":
                 n = sc.parallel.cp
                 tot += it.size_bytes * ((n - 1) / n)

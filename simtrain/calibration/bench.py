@@ -59,6 +59,7 @@ from simtrain.results.io import check_out_file, write_atomic
 from simtrain.schedules import schedule_for
 from simtrain.spec.loading import load_scenario
 from simtrain.workload.build import build_workload
+from simtrain.workload.ir import Ring
 
 SCHEMA = "simtrain-calibration/1"
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -188,7 +189,7 @@ def scenario_shapes(path: str, overrides: Sequence[str] = ()) -> tuple:
                 continue
             for seq in (prog.forward, prog.backward):
                 for item in seq:
-                    for op in (item if isinstance(item, tuple) else ()):
+                    for op in (item if isinstance(item, tuple) else item.segment if isinstance(item, Ring) else ()):
                         if op.kind == "gemm":
                             shape = tuple(int(x) for x in op.shape)
                             if shape not in gemms:

@@ -230,6 +230,8 @@ class Interference:
     def comm(self, op: EOp, delta: int) -> None:
         """A communication op of class op.cls starts (delta 1) or ends (delta -1). Rates change
         only when a kind starts running or stops (not when a second one of a kind joins)."""
+        if ":ub_" in op.label:
+            return                  # TE userbuffers: priced by the SMs the GEMM gives up (Ring.share)
         c = op.cls
         k = self._kind.get(op.label)
         if k is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from simtrain.cost.roofline import CalibratedRoofline
 from simtrain.hardware.devices import get_device
 from simtrain.spec.scenario import Scenario
+from simtrain.workload.ir import Ring
 from simtrain.workload.transformer import LayerBuilder
 
 
@@ -57,7 +58,8 @@ def stage_speeds(sc: Scenario, stages: int, offset: int = 0) -> tuple:
     would mislead where small or memory-bound operators dominate."""
     c, p = sc.cluster, sc.parallel
     lp = LayerBuilder(sc).layer()
-    segs = [it for items in (lp.forward, lp.recompute, lp.backward) for it in items if isinstance(it, tuple)]
+    items = [it for seq in (lp.forward, lp.recompute, lp.backward) for it in seq]
+    segs = [it for it in items if isinstance(it, tuple)] + [it.segment for it in items if isinstance(it, Ring) for _ in range(it.steps)]
     speed: dict = {}
 
     def layer_speed(dev: str) -> float:

@@ -249,9 +249,38 @@ class ClassLowering:
         own, own_raw = -1, ""             # the last compute op this call created, and its segment label
         folded = []                       # kinds of the collectives folded in this call
         for it in items:
-            if isinstance(it, Ring):
-                last = self.ring(it, category, a, deps, last, transient)
+            if isinstance(it, Ring) and it.comm.name.startswith("ub_") and low.fusable(c, it.comm):
+                # an overlapped GEMM whose group is this class: nothing else can start or delay
+                # its transfers, so its pieces and transfers are one compute op of the Ring's
+                # closed form, its exposed part (beyond the pieces) a part of its comm kind
+                d, label = low.seg_time(it.segment, low.costs_of(c))
+                comm, cat, timing = low.comm_cost(c, it.comm)
+                comp = it.steps * d / it.share
+                total = it.time(d, timing.seconds * low.slowest_link((c.id,)))
+                for _ in range(it.transfers):
+                    self.next_seq(comm.kind)
+                folded += [comm.kind] * it.transfers
+                raw = f"{it.mode}:{label}"
+                parts = (("compute", category, comp, raw), (comm.kind, cat, total - comp, f"{comm.collective}:{comm.name}"))
+                flops, nbytes = it.steps * sum(o.flops for o in it.segment), it.steps * sum(o.bytes for o in it.segment)
+                if (not deps and last is not None and last.id == own and own == len(low.ops) - 1
+                        and last.stream == "compute"):
+                    last.fused = (last.fused or (("compute", last.category, last.duration, own_raw),)) + parts
+                    last.duration += total
+                    last.flops += flops
+                    last.mem_bytes += nbytes
+                    continue
+                if last is not None and last.stream != "compute":
+                    deps = deps + [last.id]
+                last = low._new(c, stream="compute", kind="compute", category=category, duration=total,
+                                label=prefix + raw, mb=a.microbatch, chunk=a.chunk, deps=list(deps), transient=transient,
+                                flops=flops, mem_bytes=nbytes)
+                last.fused = parts
+                own, own_raw = last.id, raw
                 deps = []
+                continue
+            if isinstance(it, Ring):
+                last, deps = self.ring(it, category, a, deps, last, transient)
                 continue
             if isinstance(it, Comm):
                 if last is not None and last.stream == "compute" and not deps and low.fusable(c, it):
@@ -291,33 +320,61 @@ class ClassLowering:
                 deps = []
         if key is not None and last is not None and len(low.ops) == n0 + 1 and last.id == own and not deps:
             low._items_cache[key] = (last.duration, last.fused, tuple((k, folded.count(k)) for k in sorted(set(folded))), own_raw)
-        if deps and last is None:
-            # nothing emitted but dependencies pending: carry them forward via an empty op
+        if deps:
+            # dependencies pending at the end (nothing emitted, or a bulk overlap last): carry them
+            # forward via an empty op
             last = low._new(c, stream="compute", kind="compute", category=category, duration=0.0,
-                            label=f"{category}{a.microbatch}:wait", mb=a.microbatch, chunk=a.chunk, deps=list(deps))
+                            label=f"{category}{a.microbatch}:wait", mb=a.microbatch, chunk=a.chunk,
+                            deps=list(deps) + ([last.id] if last is not None and last.stream != "compute" else []))
         return last
 
     def ring(self, ring: Ring, category: str, a: Action, deps: Sequence[int], last: EOp | None,
-             transient: float) -> EOp | None:
-        """Ring attention rounds: round i's compute waits for transfer i-1; transfer i forwards
-        the block that arrived in transfer i-1 (the first sends the local K, V once the
-        projections before the ring are done). Transfers are cp-group collectives."""
+             transient: float) -> tuple[EOp | None, list]:
+        """A Ring's pieces and transfers (`Ring` gives the closed form); returns (the op the next
+        item follows, dependencies still pending for it). ring: piece i waits for transfer i-1;
+        transfer i forwards the block that arrived with transfer i-1 (the first sends the local
+        block once the work before the ring is done). pipeline: transfer i waits for piece i (and,
+        on its stream, transfer i-1); the last transfer ends after everything. bulk: the transfer
+        and the pieces start together; the next item waits for both. Transfers are collectives of
+        the ring's group; a piece takes its segment's time over the ring's SM share."""
         low, c = self.low, self.c
         d, label = low.seg_time(ring.segment, low.costs_of(c))
+        d /= ring.share
+        kind = ring.comm.kind
         start = list(deps) + ([last.id] if last is not None else [])
+        outside = [d_ for d_ in start if low.ops[d_].stream != "compute"]
+        tag = f"{category}{a.microbatch}" + (f".{a.chunk}" if self.sched.chunks > 1 else "")
+        flops, nbytes = sum(o.flops for o in ring.segment), sum(o.bytes for o in ring.segment)
+
+        def piece(i: int, pdeps: list) -> EOp:
+            return low._new(c, stream="compute", kind="compute", category=category, duration=d,
+                            label=f"{tag}:{ring.mode}{i}:{label}", mb=a.microbatch, chunk=a.chunk, deps=pdeps,
+                            transient=transient, flops=flops, mem_bytes=nbytes)
+
+        def transfer(xdeps: list) -> EOp:
+            return low.comm_op(c, ring.comm, xdeps, a.microbatch, self.next_seq(kind), chunk=a.chunk)
+
+        if ring.mode == "bulk":
+            x = transfer(list(start))
+            out = None
+            for i in range(ring.steps):
+                out = piece(i, outside if i == 0 else [])
+            return out, [x.id]
+        if ring.mode == "pipeline":
+            x = None
+            for i in range(ring.steps):
+                p = piece(i, outside if i == 0 else [])
+                x = transfer([p.id])
+            return x, []
         prev_x = None
         out = None
         for i in range(ring.steps):
+            x = None
             if i < ring.steps - 1:
-                xdeps = [prev_x.id] if prev_x is not None else list(start)
-                x = low.comm_op(c, ring.comm, xdeps, a.microbatch, self.next_seq("cp"), chunk=a.chunk)
-            cdeps = ([prev_x.id] if prev_x is not None else [d_ for d_ in start if low.ops[d_].stream != "compute"])
-            out = low._new(c, stream="compute", kind="compute", category=category, duration=d,
-                           label=f"{category}{a.microbatch}" + (f".{a.chunk}" if self.sched.chunks > 1 else "") + f":ring{i}:{label}",
-                           mb=a.microbatch, chunk=a.chunk, deps=cdeps, transient=transient,
-                           flops=sum(o.flops for o in ring.segment), mem_bytes=sum(o.bytes for o in ring.segment))
-            prev_x = x if i < ring.steps - 1 else None
-        return out
+                x = transfer([prev_x.id] if prev_x is not None else list(start))
+            out = piece(i, [prev_x.id] if prev_x is not None else outside)
+            prev_x = x
+        return out, []
 
     # -- actions ----------------------------------------------------------------------------------
     def forward(self, idx: int, a: Action) -> None:

@@ -205,7 +205,7 @@ def stage_times(work: Sequence[StageWork], costs: ComputeCostModel) -> tuple:
         t = 0.0
         for it in items:
             if isinstance(it, Ring):
-                t += it.steps * sequence_time(costs, it.segment)
+                t += it.steps * sequence_time(costs, it.segment) / it.share
             elif not isinstance(it, Comm):
                 t += sequence_time(costs, it)
         return t

@@ -66,8 +66,7 @@ def estimate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
             if isinstance(it, Comm):
                 t += comm(it)
             elif isinstance(it, Ring):
-                c = sequence_time(costs, it.segment)
-                t += c + (it.steps - 1) * max(c, comm(it.comm))
+                t += it.time(sequence_time(costs, it.segment), comm(it.comm))
             else:
                 t += sequence_time(costs, it)
         return t

@@ -2,14 +2,15 @@
 
 Takes nothing from the rest of simtrain. Defines the items a layer program is a sequence of:
 `Op` (a compute operator with its FLOPs, bytes and shape), `Comm` (a collective of a parallel
-group), `Ring` (ring attention's rounds); `LayerProgram` (forward, backward, recompute, and the
+group), `Ring` (a segment in pieces beside a chain of transfers: ring attention, TE's overlapped
+tensor-parallel GEMMs); `LayerProgram` (forward, backward, recompute, and the
 backward's input-gradient (B) and weight-gradient (W) parts); `StageWork` (everything one model
 stage holds: its layer programs, parameters and stored activations). A compute segment is a
 tuple of Ops with no communication point between them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 ACT_BYTES = 2          # activations in 16-bit (fp8 GEMMs still keep 16-bit activations)
 
@@ -36,17 +37,44 @@ class Comm:
 
 @dataclass(frozen=True)
 class Ring:
-    """Ring attention over the cp group (Liu et al., "Ring Attention", 2023; Megatron-core CP):
-    `steps` = cp rounds; round i computes `segment` (the local queries against one KV block)
-    while the KV block for round i+1 moves one hop round the ring (`comm`, cp - 1 transfers).
-    With c per round and x per transfer the rounds take c + (cp - 1)·max(c, x)."""
+    """A compute segment run in `steps` pieces beside a chain of transfers, c per piece and x
+    per transfer (`comm`); `mode` says how they chain:
+
+    ring      ring attention over the cp group (Liu et al., "Ring Attention", 2023; Megatron-core
+              CP), or a tensor-parallel all-gather fed piece by piece into its GEMM (Transformer
+              Engine's ring-exchange userbuffers overlap): piece i computes on the block that
+              arrived with transfer i-1 while the next block moves one hop (steps - 1 transfers):
+              c + (steps - 1)·max(c, x)
+    pipeline  a GEMM whose output is reduce-scattered piece by piece (TE's pipelined overlap):
+              transfer i starts when piece i and transfer i-1 are done (steps transfers):
+              c + (steps - 1)·max(c, x) + x
+    bulk      one collective beside an independent GEMM (TE's bulk overlap): max(c, x)
+
+    `share`: the part of the device's SMs the compute keeps (TE's pipelined and bulk overlaps hold
+    some SMs for their communication kernels; ring exchange moves data with copy engines and holds
+    none): each piece takes c / share."""
     steps: int
     segment: tuple
     comm: Comm
+    mode: str = "ring"     # ring | pipeline | bulk
+    share: float = 1.0
 
     @property
     def model_flops(self) -> float:
         return self.steps * sum(o.model_flops for o in self.segment)
+
+    @property
+    def transfers(self) -> int:
+        return self.steps - 1 if self.mode == "ring" else self.steps
+
+    def time(self, c: float, x: float) -> float:
+        """Closed form of the chain for one piece's compute time `c` (at full share) and one
+        transfer's time `x`."""
+        c = c / self.share
+        if self.mode == "bulk":
+            return max(self.steps * c, x)
+        tail = x if self.mode == "pipeline" else 0.0
+        return c + (self.steps - 1) * max(c, x) + tail
 
 
 @dataclass(frozen=True)
@@ -70,6 +98,11 @@ def with_split(lp: LayerProgram, hidden: int = 0, seq_shard: int = 1) -> LayerPr
     gathered again for the wgrad GEMM, as Megatron does, so those terms divide by tp."""
     b_items, w_ops = [], []
     for it in lp.backward:
+        if isinstance(it, Ring) and it.mode == "bulk" and all(o.phase == "W" for o in it.segment):
+            # a collective beside a weight-gradient GEMM: deferring W leaves the collective alone in B
+            b_items.append(it.comm)
+            w_ops += list(it.segment)
+            continue
         if isinstance(it, (Comm, Ring)):
             b_items.append(it)
             continue
@@ -145,7 +178,7 @@ def as_recompute(item: Op | Comm | Ring | tuple) -> Op | Comm | Ring | tuple:
     if isinstance(item, Comm):
         return item
     if isinstance(item, Ring):
-        return Ring(item.steps, as_recompute(item.segment), item.comm)
+        return replace(item, segment=as_recompute(item.segment))
     if isinstance(item, Op):
         return Op(item.name + ".recompute", item.kind, "B", item.flops, item.bytes, item.shape, 0.0)
     return tuple(as_recompute(o) for o in item)
