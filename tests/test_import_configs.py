@@ -556,3 +556,30 @@ def _torchtitan_problems(tmp_path, line: str) -> list:
         warnings.simplefilter("ignore")
         import_files("torchtitan", [str(f)], Options(topology="dgx-h100", device="h100-sxm5-80gb", world_size=8), tmp_path / "s.yaml")
     return list(e.value.problems)
+
+
+# -- --tp-comm-overlap ------------------------------------------------------------------------
+
+TP_ARGS = ("--num-layers 2 --hidden-size 256 --num-attention-heads 8 --seq-length 128 --vocab-size 1000 --bf16 "
+           "--micro-batch-size 1 --global-batch-size 4 --tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap")
+
+
+def test_tp_comm_overlap_is_read_and_written_back(tmp_path):
+    f = tmp_path / "tp.args"
+    f.write_text(TP_ARGS)
+    t = run_import(tmp_path, "megatron", str(f), "--world-size", "8", "--topology", "dgx-h100", "--device", "h100-sxm5-80gb")
+    assert t["parallel"]["tp_comm_overlap"] is True and t["parallel"]["sequence_parallel"] is True
+    assert "--tp-comm-overlap" in megatron.to_args(loaded(tmp_path).resolved())
+
+
+def test_tp_comm_overlap_variants_simtrain_does_not_model(tmp_path):
+    """Turning part of the overlap off changes the answer: refused. A configuration file of the
+    overlap's methods is not read: a warning says the defaults are timed."""
+    (p,) = _megatron_problems(tmp_path, TP_ARGS + " --tp-comm-overlap-disable-qkv", suffix=".args", world_size=8)
+    assert p.path == "--tp-comm-overlap-disable-qkv" and "not modelled" in p.problem
+    f = tmp_path / "cfg.args"
+    f.write_text(TP_ARGS + " --tp-comm-overlap-cfg ub.yaml")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        import_files("megatron", [str(f)], Options(topology="dgx-h100", device="h100-sxm5-80gb", world_size=8), tmp_path / "s.yaml")
+    assert any("--tp-comm-overlap-cfg" in str(x.message) and "not read" in str(x.message) for x in w)

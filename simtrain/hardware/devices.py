@@ -173,6 +173,8 @@ class Device:
     host_bandwidth_source: str = ""  # "measured: ...", "nominal: ..." or "assumed: ..." with its source
     interference: tuple = ()       # ((op class, collective, s, source), ...): compute slowdown under a collective
     nongemm: tuple = ()            # ((kernel class, Curve), ...): achieved HBM bandwidth / datasheet by kernel bytes
+    sms: int = 0                   # streaming multiprocessors (0: not given); TE's overlapped GEMMs give some up
+    sms_source: str = ""
 
     def nongemm_curve(self, cls: str) -> Curve | None:
         """The achieved-bandwidth curve of a non-GEMM kernel class (`workload.nongemm`), if measured."""
@@ -256,6 +258,7 @@ def get_device(key: str) -> Device:
         gemm=gemm, mem_efficiency=mem, mem_origin=mem_origin, flash=flash,
         host_bandwidth=parse_bandwidth(d["host_link"]["bandwidth"]), host_bandwidth_source=d["host_link"]["source"],
         nongemm=tuple(sorted(nongemm.items())),
+        sms=int(d["sms"]["count"]) if "sms" in d else 0, sms_source=d["sms"]["source"] if "sms" in d else "",
     )
 
 

@@ -270,6 +270,21 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
                  "pass --world-size N (all devices of the job)")
     if _flag(f, "--sequence-parallel"):
         par["sequence_parallel"] = True
+    if _flag(f, "--tp-comm-overlap"):
+        par["tp_comm_overlap"] = True
+        if f.has("--tp-comm-overlap-cfg"):
+            f.use("--tp-comm-overlap-cfg")
+            warnings.warn(f"{file}: --tp-comm-overlap-cfg: simtrain times Transformer Engine's default overlap "
+                          "(ring exchange into QKV / fc1 and the dgrads, a 4-way pipeline beside proj / fc2 holding 16 SMs, "
+                          "bulk beside the wgrads holding 16 SMs); the file's methods and SM counts are not read", stacklevel=2)
+        for name in ("--disable-tp-comm-overlap-ag", "--disable-tp-comm-overlap-rs", "--disable-tp-comm-bulk-dgrad",
+                     "--disable-tp-comm-bulk-wgrad", "--disable-tp-comm-split-ag", "--disable-tp-comm-split-rs",
+                     "--tp-comm-overlap-disable-qkv", "--tp-comm-overlap-disable-fc1", "--tp-comm-overlap-rs-dgrad",
+                     "--no-tp-comm-overlap-ag", "--no-tp-comm-overlap-rs", "--no-tp-comm-bulk-dgrad", "--no-tp-comm-bulk-wgrad",
+                     "--no-tp-comm-split-ag", "--no-tp-comm-split-rs"):
+            if f.has(name) and f.values[name] not in (False, "0"):
+                f.refuse(name, "changing which overlap a GEMM uses is not modelled (simtrain times Transformer Engine's "
+                         "default set)", f"remove {name}, or --tp-comm-overlap")
     vchunk = _int(f, "--num-layers-per-virtual-pipeline-stage")
     vstages = _int(f, "--num-virtual-stages-per-pipeline-rank")
     vpp = None
@@ -540,6 +555,8 @@ def to_args(tree: dict[str, Any]) -> list[str]:
     add("--context-parallel-size", p.get("cp", 1))
     if p.get("sequence_parallel"):
         add("--sequence-parallel")
+    if p.get("tp_comm_overlap"):
+        add("--tp-comm-overlap")
     vpp = p.get("vpp") or 1
     if p.get("schedule") == "interleaved_1f1b" and vpp > 1:
         add("--num-layers-per-virtual-pipeline-stage", m["num_layers"] // (p["pp"] * vpp))

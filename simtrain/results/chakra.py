@@ -165,6 +165,10 @@ def write_chakra(ops: list[EOp], tl: Timeline, classes: list[RankClass], grid: R
                 dep = ("send", o.stream)
             else:
                 coll = o.label.split(":")[0] if o.label != "twin_grad_all_reduce" else "all_reduce"
+                if coll not in COMM_TYPES and ":ub_" in o.label:
+                    raise SimulationError(f"Chakra export: {o.label} is one hop of a tensor-parallel ring exchange "
+                                          "(parallel.tp_comm_overlap), which has no Chakra collective type; "
+                                          "export with --set parallel.tp_comm_overlap=false")
                 if coll not in COMM_TYPES:
                     raise SimulationError(f"Chakra export: collective {coll} ({o.label}) has no Chakra type "
                                           "(ring context parallelism is not exported); use parallel.cp_kind: all_gather or a2a")

@@ -11,10 +11,20 @@ projector, memory counts) are mixins on top of it, composed in `transformer.Laye
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
+from simtrain.hardware.devices import get_device
 from simtrain.spec.scenario import Scenario
-from simtrain.workload.ir import ACT_BYTES, Comm, Op
+from simtrain.workload.ir import ACT_BYTES, Comm, Op, Ring
 from simtrain.workload.nongemm import flag_of, kernels
+
+# Transformer Engine's userbuffers overlap as Megatron-LM's --tp-comm-overlap sets it up with no
+# configuration file (transformer_engine/pytorch/module/base.py, initialize_ub's defaults): the
+# pipelined overlap (proj_fprop, fc2_fprop) splits its GEMM in 4 and holds 16 SMs for the
+# reduce-scatter kernels, the bulk overlap (qkv_wgrad, fc1_wgrad) holds 16; ring exchange
+# (qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad) moves data with copy engines in tp pieces.
+UB_PIPELINE_SPLITS = 4
+UB_COMM_SMS = 16
 
 
 def padded_vocab(vocab: int, tp: int, divisible_by: int) -> int:
@@ -61,6 +71,11 @@ class LayerDims:
             self.mla = m.mla
             self.V = padded_vocab(m.vocab_size, p.tp, m.make_vocab_size_divisible_by)
         self.T = self.b * self.s // self.cp         # tokens per microbatch on this rank
+        # tensor-parallel collectives overlapped with their GEMMs (needs sp; the loader checks the
+        # device's SM count): the part of the SMs a pipelined or bulk overlap leaves its GEMM
+        self.ub = p.tp_comm_overlap and self.sp
+        sms = get_device(sc.cluster.device).sms if self.ub else 0
+        self.ub_share = (sms - UB_COMM_SMS) / sms if sms else 1.0
         self.moe = None if encoder else m.moe
         self.ep, self.etp = p.ep, p.etp
         self._layers: dict = {}
@@ -106,6 +121,27 @@ class LayerDims:
             return Comm("tp", "all_reduce", msg, f"tp_ar{i}")
         kind = ("all_gather" if i % 2 == 0 else "reduce_scatter") if fwd else ("reduce_scatter" if i % 2 == 0 else "all_gather")
         return Comm("tp", kind, msg, f"tp_{kind}{i}")
+
+    def ub_ring(self, name: str, g: Op, msg: float) -> Ring:
+        """Ring exchange (TE userbuffers): the all-gather of a sequence-sharded tensor fed into
+        GEMM `g` in tp pieces of T/tp rows, each computed while the next shard (msg/tp bytes)
+        moves one hop; the copy engines move it, so the GEMM keeps every SM."""
+        m, n, k = g.shape
+        t = self.tp
+        return Ring(t, (self.gemm(g.name + "/ring", m / t, n, k, g.phase),), Comm("tp", "send_recv", msg / t, name))
+
+    def ub_pipeline(self, name: str, g: Op, msg: float) -> Ring:
+        """Pipelined overlap (TE userbuffers): GEMM `g` in UB_PIPELINE_SPLITS row pieces, each
+        piece's output reduce-scattered while the next computes, on the SMs the reduce-scatter
+        kernels leave."""
+        m, n, k = g.shape
+        s = UB_PIPELINE_SPLITS
+        return Ring(s, (self.gemm(g.name + "/chunk", m / s, n, k, g.phase),),
+                    Comm("tp", "reduce_scatter", msg / s, name), "pipeline", self.ub_share)
+
+    def ub_bulk(self, name: str, g: Op, comm: Comm) -> Ring:
+        """Bulk overlap (TE userbuffers): collective `comm` beside the independent GEMM `g`."""
+        return Ring(1, (g,), replace(comm, name=name), "bulk", self.ub_share)
 
     def ffn(self, tokens: float, width: float, prefix: str) -> tuple[tuple, tuple]:
         """(forward ops, backward ops) of one feed-forward network on `tokens` rows with `width`

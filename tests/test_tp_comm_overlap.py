@@ -1,0 +1,172 @@
+"""Tensor-parallel communication overlapped with its GEMMs (`parallel.tp_comm_overlap`: Megatron-LM's
+--tp-comm-overlap on Transformer Engine's userbuffers).
+
+The layer's TP collectives become `Ring`s: ring exchange (the all-gathers into QKV and fc1, and into
+the output projection's and fc2's dgrad: tp pieces, tp - 1 one-hop transfers of one shard, no SMs
+held), pipeline (the reduce-scatters after the output projection and fc2: 4 pieces, each piece's
+output reduce-scattered, 16 SMs held) and bulk (the reduce-scatter of QKV's and fc1's input
+gradient beside their wgrad GEMM, 16 SMs held). Expected values: the closed forms derived by hand
+in the docstrings below, with GEMMs at a fixed FLOP rate (conftest.FlopCost) and the A100's 108 SMs
+(NVIDIA A100 whitepaper)."""
+import pytest
+import yaml
+from conftest import FlopCost, node_topology
+
+from simtrain.errors import ConfigError
+from simtrain.simulate import simulate
+from simtrain.spec.loading import load_scenario
+from simtrain.workload.base import UB_COMM_SMS, UB_PIPELINE_SPLITS
+from simtrain.workload.build import build_workload
+from simtrain.workload.flops import model_flops_per_step
+from simtrain.workload.ir import Comm, Op, Ring
+
+H, S, TP = 256, 128, 4
+SHARE = (108 - 16) / 108          # A100: 108 SMs, 16 held by the pipelined / bulk overlap's kernels
+
+
+def scenario(tmp_path, h=H, s=S, **par):
+    parallel = {"tp": TP, "pp": 1, "dp": 1, "sequence_parallel": True, "tp_comm_overlap": True}
+    parallel.update(par)
+    doc = {"name": "ub",
+           "model": {"architecture": "gpt", "num_layers": 2, "hidden_size": h, "num_attention_heads": 8,
+                     "vocab_size": 1024, "seq_length": s},
+           "training": {"micro_batch_size": 1, "global_batch_size": 1, "precision": "bf16"},
+           "parallel": parallel,
+           "cluster": {"device": "a100-sxm4-80gb", "topology": str(node_topology(tmp_path, TP)), "nodes": 1},
+           "network": {"nccl_algo": "Ring", "nccl_proto": "Simple"}}
+    p = tmp_path / f"ub-{len(list(tmp_path.glob('ub-*.yaml')))}.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return load_scenario(p)
+
+
+def test_closed_forms_of_the_three_modes():
+    """ring: c + (n-1)·max(c, x); pipeline: c + (n-1)·max(c, x) + x; bulk: max(c, x); c taken
+    over the share of the SMs the compute keeps."""
+    seg = (Op("g", "gemm", "F", 1.0, 1.0),)
+    x = Comm("tp", "send_recv", 1.0)
+    assert Ring(4, seg, x).time(1.0, 2.0) == 1 + 3 * 2
+    assert Ring(4, seg, x).time(3.0, 2.0) == 3 + 3 * 3
+    assert Ring(4, seg, x, "pipeline").time(2.0, 1.0) == 2 + 3 * 2 + 1
+    assert Ring(4, seg, x, "pipeline").time(1.0, 2.0) == 1 + 4 * 2
+    assert Ring(1, seg, x, "bulk").time(3.0, 5.0) == 5.0
+    assert Ring(1, seg, x, "bulk", 0.5).time(3.0, 5.0) == 6.0
+    assert Ring(4, seg, x, "ring").transfers == 3 and Ring(4, seg, x, "pipeline").transfers == 4
+
+
+def test_layer_items_and_their_pieces(tmp_path):
+    """One layer: the four ring exchanges split their GEMM in tp row pieces and move one shard
+    (msg / tp, msg = 2·S·H bytes) per hop; the two pipelines split theirs in 4 and reduce-scatter
+    msg / 4 per piece; the two bulks keep the wgrad GEMM whole beside the full reduce-scatter.
+    Every piece's FLOPs add up to the GEMM it came from, so the model FLOPs do not change."""
+    sc, _ = scenario(tmp_path)
+    off, _ = scenario(tmp_path, tp_comm_overlap=False)
+    lp = build_workload(sc, 1)[0].layers[0]
+    rings = {it.comm.name: it for it in lp.forward + lp.backward if isinstance(it, Ring)}
+    assert sorted(rings) == sorted(["ub_qkv_ag", "ub_proj_rs", "ub_fc1_ag", "ub_fc2_rs",
+                                    "ub_proj_dgrad_ag", "ub_qkv_wgrad_rs", "ub_fc2_dgrad_ag", "ub_fc1_wgrad_rs"])
+    msg = 2 * S * H
+    for name in ("ub_qkv_ag", "ub_fc1_ag", "ub_proj_dgrad_ag", "ub_fc2_dgrad_ag"):
+        r = rings[name]
+        assert (r.mode, r.steps, r.share, r.comm.collective, r.comm.size_bytes) == ("ring", TP, 1.0, "send_recv", msg / TP)
+        assert r.segment[0].shape[0] == S / TP
+    for name in ("ub_proj_rs", "ub_fc2_rs"):
+        r = rings[name]
+        assert (r.mode, r.steps, r.comm.collective, r.comm.size_bytes) == ("pipeline", UB_PIPELINE_SPLITS, "reduce_scatter", msg / 4)
+        assert r.share == pytest.approx(SHARE) and UB_COMM_SMS == 16
+    for name, w in (("ub_qkv_wgrad_rs", "qkv.wgrad"), ("ub_fc1_wgrad_rs", "fc1.wgrad")):
+        r = rings[name]
+        assert (r.mode, r.steps, r.segment[0].name, r.comm.size_bytes) == ("bulk", 1, w, msg)
+    assert not [it for it in lp.forward + lp.backward if isinstance(it, Comm) and it.kind == "tp"]
+    assert model_flops_per_step(sc, build_workload(sc, 1)) == pytest.approx(model_flops_per_step(off, build_workload(off, 1)))
+
+
+def test_deferred_weight_gradients_leave_the_bulk_collective_in_b(tmp_path):
+    """A zero-bubble schedule defers W: the bulk reduce-scatter stays in B as a plain collective,
+    its wgrad GEMM goes to W with the others."""
+    sc, _ = scenario(tmp_path)
+    lp = build_workload(sc, 1)[0].layers[0]
+    b_comms = [it.name for it in lp.backward_input if isinstance(it, Comm)]
+    assert b_comms == ["ub_fc1_wgrad_rs", "ub_qkv_wgrad_rs"]
+    w = [o.name for seg in lp.backward_weight for o in seg]
+    assert {"qkv.wgrad", "fc1.wgrad", "attn_out.wgrad", "fc2.wgrad"} <= set(w)
+
+
+def test_the_engine_runs_the_closed_forms(tmp_path):
+    """Unfolded (fuse=False), every piece and transfer is its own op, and the engine's timeline
+    realises each Ring's closed form: from its first piece's start to the end of its last op.
+    Folded (the default: the tp group is one rank class), each Ring is one op of the closed form,
+    so the step time is the same."""
+    sc, topo = scenario(tmp_path)
+    cost = FlopCost()
+    run = simulate(sc, topo, cost, fuse=False)
+    tl = run.timeline
+    lp = build_workload(sc, 1)[0].layers[0]
+    rings = [it for it in lp.forward if isinstance(it, Ring)]
+    by_label = {}
+    for o in run.ops:
+        if o.cls == run.ops[0].cls:
+            by_label.setdefault(o.label, []).append(o)
+    checked = 0
+    for r in rings:
+        pieces = [o for o in run.ops if o.cls == run.ops[0].cls and o.stream == "compute"
+                  and o.label.startswith("F0:") and f":{r.mode}0:" in o.label and r.segment[0].name in o.label]
+        xs = [o for o in run.ops if o.cls == run.ops[0].cls and o.label == f"{r.comm.collective}:{r.comm.name}"]
+        first = pieces[0]
+        c = r.segment[0].flops / cost.P
+        assert first.duration == pytest.approx(c / r.share)
+        x = xs[0].duration
+        layer_xs = xs[:r.transfers]
+        end = max(tl.end[o.id] for o in layer_xs)
+        if r.mode == "ring":
+            # the last piece waits for the last transfer: find it as the compute op after it
+            last_piece = next(o for o in run.ops if o.stream == "compute" and o.deps == [layer_xs[-1].id])
+            end = tl.end[last_piece.id]
+        assert end - tl.start[first.id] == pytest.approx(r.time(c, x), rel=1e-9)
+        checked += 1
+    assert checked == 4
+    folded = simulate(sc, topo, cost)
+    assert folded.result.step_time_s == pytest.approx(run.result.step_time_s, rel=1e-12)
+    assert len(folded.ops) < len(run.ops)
+
+
+def test_overlap_hides_tensor_parallel_time(tmp_path):
+    """h 2048, 2048 tokens (8 MiB per TP collective), GEMMs at 200 TFLOP/s on a 100 GB/s switch:
+    the overlap leaves less TP communication exposed and a shorter step, and gives up SM time on
+    the pipelined and bulk GEMMs (compute grows). At h 256 and 128 tokens the same overlap loses:
+    each of the tp - 1 hops pays the link latency where one all-gather paid it once."""
+    on_sc, topo = scenario(tmp_path, 2048, 2048)
+    off_sc, _ = scenario(tmp_path, 2048, 2048, tp_comm_overlap=False)
+    on, off = simulate(on_sc, topo, FlopCost(2e14)).result, simulate(off_sc, topo, FlopCost(2e14)).result
+    assert on.breakdown.exposed_comm_s["tp"] < off.breakdown.exposed_comm_s["tp"]
+    assert on.breakdown.compute_s > off.breakdown.compute_s
+    assert on.step_time_s < off.step_time_s
+    small_on, small_off = (simulate(*scenario(tmp_path, tp_comm_overlap=v), FlopCost(1e13)).result for v in (True, False))
+    assert small_on.breakdown.exposed_comm_s["tp"] > small_off.breakdown.exposed_comm_s["tp"]
+
+
+@pytest.mark.parametrize("par,device,words", [
+    ({"sequence_parallel": False}, "a100-sxm4-80gb", "needs sequence parallelism"),
+    ({}, "h20-96gb", "no published SM count"),
+])
+def test_refused_where_megatron_or_the_device_cannot(tmp_path, par, device, words):
+    parallel = {"tp": TP, "pp": 1, "dp": 1, "sequence_parallel": True, "tp_comm_overlap": True, **par}
+    doc = {"name": "ub", "model": {"architecture": "gpt", "num_layers": 2, "hidden_size": H, "num_attention_heads": 8,
+                                   "vocab_size": 1024, "seq_length": S},
+           "training": {"micro_batch_size": 1, "global_batch_size": 1},
+           "parallel": parallel, "cluster": {"device": device, "topology": str(node_topology(tmp_path, TP)), "nodes": 1}}
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError) as e:
+        load_scenario(p)
+    (prob,) = [x for x in e.value.problems if x.path == "parallel.tp_comm_overlap"]
+    assert words in prob.problem
+
+
+def test_chakra_export_refuses_the_ring_exchange(tmp_path, capsys):
+    """Chakra has no collective type for one hop of a ring exchange: one error, nothing written."""
+    pytest.importorskip("chakra")
+    from simtrain.cli.main import main
+    scenario(tmp_path)
+    assert main(["export", "chakra", str(tmp_path / "ub-0.yaml"), "-o", str(tmp_path / "et")]) == 2
+    assert "tp_comm_overlap=false" in capsys.readouterr().err
+    assert not (tmp_path / "et").exists()
