@@ -568,7 +568,7 @@ def test_tp_comm_overlap_is_read_and_written_back(tmp_path):
     f = tmp_path / "tp.args"
     f.write_text(TP_ARGS)
     t = run_import(tmp_path, "megatron", str(f), "--world-size", "8", "--topology", "dgx-h100", "--device", "h100-sxm5-80gb")
-    assert t["parallel"]["tp_comm_overlap"] is True and t["parallel"]["sequence_parallel"] is True
+    assert t["parallel"]["tp_comm_overlap"] == "userbuffers" and t["parallel"]["sequence_parallel"] is True
     assert "--tp-comm-overlap" in megatron.to_args(loaded(tmp_path).resolved())
 
 
@@ -583,3 +583,12 @@ def test_tp_comm_overlap_variants_simtrain_does_not_model(tmp_path):
         warnings.simplefilter("always")
         import_files("megatron", [str(f)], Options(topology="dgx-h100", device="h100-sxm5-80gb", world_size=8), tmp_path / "s.yaml")
     assert any("--tp-comm-overlap-cfg" in str(x.message) and "not read" in str(x.message) for x in w)
+
+
+def test_torchtitan_async_tp_is_read(tmp_path):
+    """torchtitan's Llama 3 405B TOML turns on enable_async_tensor_parallel with tp 8; the 70B
+    one leaves it off."""
+    t = run_import(tmp_path, "torchtitan", str(DATA / "torchtitan" / "llama3_405b.toml"), "--world-size", "128", *H100)
+    assert t["parallel"]["tp_comm_overlap"] == "async_tp" and t["parallel"]["sequence_parallel"] is True
+    t = run_import(tmp_path, "torchtitan", str(DATA / "torchtitan" / "llama3_70b.toml"), "--world-size", "128", *H100)
+    assert "tp_comm_overlap" not in t["parallel"]

@@ -25,7 +25,7 @@ SHARE = (108 - 16) / 108          # A100: 108 SMs, 16 held by the pipelined / bu
 
 
 def scenario(tmp_path, h=H, s=S, **par):
-    parallel = {"tp": TP, "pp": 1, "dp": 1, "sequence_parallel": True, "tp_comm_overlap": True}
+    parallel = {"tp": TP, "pp": 1, "dp": 1, "sequence_parallel": True, "tp_comm_overlap": "userbuffers"}
     parallel.update(par)
     doc = {"name": "ub",
            "model": {"architecture": "gpt", "num_layers": 2, "hidden_size": h, "num_attention_heads": 8,
@@ -59,7 +59,7 @@ def test_layer_items_and_their_pieces(tmp_path):
     msg / 4 per piece; the two bulks keep the wgrad GEMM whole beside the full reduce-scatter.
     Every piece's FLOPs add up to the GEMM it came from, so the model FLOPs do not change."""
     sc, _ = scenario(tmp_path)
-    off, _ = scenario(tmp_path, tp_comm_overlap=False)
+    off, _ = scenario(tmp_path, tp_comm_overlap="none")
     lp = build_workload(sc, 1)[0].layers[0]
     rings = {it.comm.name: it for it in lp.forward + lp.backward if isinstance(it, Ring)}
     assert sorted(rings) == sorted(["ub_qkv_ag", "ub_proj_rs", "ub_fc1_ag", "ub_fc2_rs",
@@ -91,12 +91,13 @@ def test_deferred_weight_gradients_leave_the_bulk_collective_in_b(tmp_path):
     assert {"qkv.wgrad", "fc1.wgrad", "attn_out.wgrad", "fc2.wgrad"} <= set(w)
 
 
-def test_the_engine_runs_the_closed_forms(tmp_path):
+@pytest.mark.parametrize("method", ["userbuffers", "async_tp"])
+def test_the_engine_runs_the_closed_forms(tmp_path, method):
     """Unfolded (fuse=False), every piece and transfer is its own op, and the engine's timeline
     realises each Ring's closed form: from its first piece's start to the end of its last op.
     Folded (the default: the tp group is one rank class), each Ring is one op of the closed form,
     so the step time is the same."""
-    sc, topo = scenario(tmp_path)
+    sc, topo = scenario(tmp_path, tp_comm_overlap=method)
     cost = FlopCost()
     run = simulate(sc, topo, cost, fuse=False)
     tl = run.timeline
@@ -135,12 +136,12 @@ def test_overlap_hides_tensor_parallel_time(tmp_path):
     the pipelined and bulk GEMMs (compute grows). At h 256 and 128 tokens the same overlap loses:
     each of the tp - 1 hops pays the link latency where one all-gather paid it once."""
     on_sc, topo = scenario(tmp_path, 2048, 2048)
-    off_sc, _ = scenario(tmp_path, 2048, 2048, tp_comm_overlap=False)
+    off_sc, _ = scenario(tmp_path, 2048, 2048, tp_comm_overlap="none")
     on, off = simulate(on_sc, topo, FlopCost(2e14)).result, simulate(off_sc, topo, FlopCost(2e14)).result
     assert on.breakdown.exposed_comm_s["tp"] < off.breakdown.exposed_comm_s["tp"]
     assert on.breakdown.compute_s > off.breakdown.compute_s
     assert on.step_time_s < off.step_time_s
-    small_on, small_off = (simulate(*scenario(tmp_path, tp_comm_overlap=v), FlopCost(1e13)).result for v in (True, False))
+    small_on, small_off = (simulate(*scenario(tmp_path, tp_comm_overlap=v), FlopCost(1e13)).result for v in ("userbuffers", "none"))
     assert small_on.breakdown.exposed_comm_s["tp"] > small_off.breakdown.exposed_comm_s["tp"]
 
 
@@ -149,7 +150,7 @@ def test_overlap_hides_tensor_parallel_time(tmp_path):
     ({}, "h20-96gb", "no published SM count"),
 ])
 def test_refused_where_megatron_or_the_device_cannot(tmp_path, par, device, words):
-    parallel = {"tp": TP, "pp": 1, "dp": 1, "sequence_parallel": True, "tp_comm_overlap": True, **par}
+    parallel = {"tp": TP, "pp": 1, "dp": 1, "sequence_parallel": True, "tp_comm_overlap": "userbuffers", **par}
     doc = {"name": "ub", "model": {"architecture": "gpt", "num_layers": 2, "hidden_size": H, "num_attention_heads": 8,
                                    "vocab_size": 1024, "seq_length": S},
            "training": {"micro_batch_size": 1, "global_batch_size": 1},
@@ -168,5 +169,31 @@ def test_chakra_export_refuses_the_ring_exchange(tmp_path, capsys):
     from simtrain.cli.main import main
     scenario(tmp_path)
     assert main(["export", "chakra", str(tmp_path / "ub-0.yaml"), "-o", str(tmp_path / "et")]) == 2
-    assert "tp_comm_overlap=false" in capsys.readouterr().err
+    assert "tp_comm_overlap=none" in capsys.readouterr().err
     assert not (tmp_path / "et").exists()
+
+
+def test_async_tp_decomposes_every_tp_collective(tmp_path):
+    """PyTorch async TP: all eight collectives of a layer (forward and backward) are rings of tp
+    pieces with tp - 1 copy-engine transfers of one shard, and the GEMMs keep every SM. The
+    wgrad GEMMs run on their own after the input gradient's ring."""
+    sc, _ = scenario(tmp_path, tp_comm_overlap="async_tp")
+    lp = build_workload(sc, 1)[0].layers[0]
+    rings = [it for it in lp.forward + lp.backward if isinstance(it, Ring)]
+    assert sorted(r.comm.name for r in rings) == sorted(["atp_qkv_ag", "atp_proj_rs", "atp_fc1_ag", "atp_fc2_rs",
+                                                        "atp_proj_dgrad_ag", "atp_qkv_dgrad_rs", "atp_fc2_dgrad_ag",
+                                                        "atp_fc1_dgrad_rs"])
+    assert {(r.mode, r.steps, r.share, r.comm.collective, r.comm.size_bytes) for r in rings} == {
+        ("ring", TP, 1.0, "send_recv", 2 * S * H / TP)}
+    assert not [it for it in lp.backward if isinstance(it, Comm)]
+
+
+def test_async_tp_needs_no_sm_count(tmp_path):
+    """The H20 has no published SM count: userbuffers is refused there (above), async TP is not."""
+    doc = yaml.safe_load((scenario(tmp_path) and (tmp_path / "ub-0.yaml")).read_text())
+    doc["cluster"]["device"] = "h20-96gb"
+    doc["parallel"]["tp_comm_overlap"] = "async_tp"
+    p = tmp_path / "h20.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    sc, _ = load_scenario(p)
+    assert sc.parallel.tp_comm_overlap == "async_tp"

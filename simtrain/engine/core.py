@@ -27,6 +27,7 @@ import simpy
 from simtrain.errors import DeadlockError
 from simtrain.hardware.devices import slowdown
 from simtrain.program.ir import EOp, stream_sequences
+from simtrain.workload.ir import overlapped_tp
 
 
 class FluidNetwork:
@@ -230,8 +231,8 @@ class Interference:
     def comm(self, op: EOp, delta: int) -> None:
         """A communication op of class op.cls starts (delta 1) or ends (delta -1). Rates change
         only when a kind starts running or stops (not when a second one of a kind joins)."""
-        if ":ub_" in op.label:
-            return                  # TE userbuffers: priced by the SMs the GEMM gives up (Ring.share)
+        if overlapped_tp(op.label):
+            return                  # an overlapped TP transfer: priced by the SMs the GEMM gives up (Ring.share)
         c = op.cls
         k = self._kind.get(op.label)
         if k is None:

@@ -271,7 +271,7 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
     if _flag(f, "--sequence-parallel"):
         par["sequence_parallel"] = True
     if _flag(f, "--tp-comm-overlap"):
-        par["tp_comm_overlap"] = True
+        par["tp_comm_overlap"] = "userbuffers"
         if f.has("--tp-comm-overlap-cfg"):
             f.use("--tp-comm-overlap-cfg")
             warnings.warn(f"{file}: --tp-comm-overlap-cfg: simtrain times Transformer Engine's default overlap "
@@ -555,8 +555,11 @@ def to_args(tree: dict[str, Any]) -> list[str]:
     add("--context-parallel-size", p.get("cp", 1))
     if p.get("sequence_parallel"):
         add("--sequence-parallel")
-    if p.get("tp_comm_overlap"):
+    if p.get("tp_comm_overlap") == "userbuffers":
         add("--tp-comm-overlap")
+    elif p.get("tp_comm_overlap") == "async_tp":
+        warnings.warn("parallel.tp_comm_overlap: async_tp is PyTorch's (torchtitan); Megatron-LM has no such flag, and "
+                      "its counterpart --tp-comm-overlap (Transformer Engine userbuffers) is not written", stacklevel=2)
     vpp = p.get("vpp") or 1
     if p.get("schedule") == "interleaved_1f1b" and vpp > 1:
         add("--num-layers-per-virtual-pipeline-stage", m["num_layers"] // (p["pp"] * vpp))

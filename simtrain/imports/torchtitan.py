@@ -151,9 +151,8 @@ def to_tree(file: str, cfg: dict[str, Any], opts: Options, errs: Collector, out_
         warnings.warn(f"{file}: compile.enable: torch.compile's kernel fusion is not modelled; the step is simulated "
                       "with eager kernels", stacklevel=2)
     f.use("compile.components")
-    if f.take(P + "enable_async_tensor_parallel"):
-        warnings.warn(f"{file}: parallelism.enable_async_tensor_parallel: async TP (collective matmul) is not modelled; "
-                      "tp communication is simulated as in plain TP", stacklevel=2)
+    if f.take(P + "enable_async_tensor_parallel") and tp and tp > 1:
+        par["tp_comm_overlap"] = "async_tp"
     model = model_section(opts, seq, errs, out_dir)
     name, flavor = f.take("model.name"), f.take("model.flavor")
     if model is None:

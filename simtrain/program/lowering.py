@@ -58,7 +58,7 @@ from simtrain.program.optimizer import GRAD_NORM_BYTES, optimizer_step, post_val
 from simtrain.program.pipeline import PipelineTraffic
 from simtrain.schedules import Action, Schedule
 from simtrain.spec.scenario import Scenario
-from simtrain.workload.ir import Comm, Op, Ring, StageWork
+from simtrain.workload.ir import Comm, Op, Ring, StageWork, overlapped_tp
 from simtrain.workload.moe import node_limited_share
 
 
@@ -249,7 +249,7 @@ class ClassLowering:
         own, own_raw = -1, ""             # the last compute op this call created, and its segment label
         folded = []                       # kinds of the collectives folded in this call
         for it in items:
-            if isinstance(it, Ring) and it.comm.name.startswith("ub_") and low.fusable(c, it.comm):
+            if isinstance(it, Ring) and overlapped_tp(it.comm.name) and low.fusable(c, it.comm):
                 # an overlapped GEMM whose group is this class: nothing else can start or delay
                 # its transfers, so its pieces and transfers are one compute op of the Ring's
                 # closed form, its exposed part (beyond the pieces) a part of its comm kind

@@ -32,6 +32,7 @@ from simtrain.errors import SimulationError
 from simtrain.plan.grid import RankClass, RankGrid
 from simtrain.program.chakra import chakra_modules
 from simtrain.program.ir import EOp, stream_sequences
+from simtrain.workload.ir import overlapped_tp
 
 COMM_TYPES = {"all_reduce": "ALL_REDUCE", "all_gather": "ALL_GATHER", "reduce_scatter": "REDUCE_SCATTER",
               "all_to_all": "ALL_TO_ALL", "broadcast": "BROADCAST"}
@@ -165,10 +166,10 @@ def write_chakra(ops: list[EOp], tl: Timeline, classes: list[RankClass], grid: R
                 dep = ("send", o.stream)
             else:
                 coll = o.label.split(":")[0] if o.label != "twin_grad_all_reduce" else "all_reduce"
-                if coll not in COMM_TYPES and ":ub_" in o.label:
+                if coll not in COMM_TYPES and overlapped_tp(o.label):
                     raise SimulationError(f"Chakra export: {o.label} is one hop of a tensor-parallel ring exchange "
                                           "(parallel.tp_comm_overlap), which has no Chakra collective type; "
-                                          "export with --set parallel.tp_comm_overlap=false")
+                                          "export with --set parallel.tp_comm_overlap=none")
                 if coll not in COMM_TYPES:
                     raise SimulationError(f"Chakra export: collective {coll} ({o.label}) has no Chakra type "
                                           "(ring context parallelism is not exported); use parallel.cp_kind: all_gather or a2a")

@@ -547,12 +547,13 @@ def build_scenario(raw: dict, path: Path, errs: Collector,
                              f"set cluster.device: {dev.base} or use a profile of {cluster['device']}")
             except ConfigError as e:
                 errs.problems.extend(e.problems)
-    if cluster and parallel and parallel.get("tp_comm_overlap") and (parallel.get("tp") or 1) > 1:
+    if cluster and parallel and parallel.get("tp_comm_overlap") == "userbuffers" and (parallel.get("tp") or 1) > 1:
         kinds = [cluster.get("device")] + [d for _, d in cluster.get("mixed") or ()]
         for k in dict.fromkeys(k for k in kinds if k in devices.preset_names()):
             if not devices.get_device(k).sms:
                 errs.add("parallel.tp_comm_overlap", f"device {k} has no published SM count, and the overlapped GEMMs "
-                         "are timed on the SMs the communication kernels leave them", "set tp_comm_overlap: false for this device")
+                         "are timed on the SMs the communication kernels leave them",
+                         "set tp_comm_overlap: async_tp (copy-engine transfers, no SMs held) or none for this device")
     if cluster is not None:
         _resolve_memory(cluster, _capacities(cluster), errs)
     if cluster and cluster.get("topology"):
@@ -908,10 +909,10 @@ def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> No
             errs.add("parallel.tp", f"tp={tp} and num_key_value_heads={g}: one must divide the other", "pick tp dividing the KV heads")
         enc = model.get("encoder")
         _check_stages(p, L, training, errs, enc.pipeline_stages if enc else 0)
-        if p.get("tp_comm_overlap") and (tp or 1) > 1 and not p.get("sequence_parallel"):
+        if p.get("tp_comm_overlap") not in (None, "none") and (tp or 1) > 1 and not p.get("sequence_parallel"):
             errs.add("parallel.tp_comm_overlap", "overlapping tensor-parallel communication with the GEMMs needs sequence "
                      "parallelism (Megatron-LM refuses --tp-comm-overlap without --sequence-parallel)",
-                     "set sequence_parallel: true, or tp_comm_overlap: false")
+                     "set sequence_parallel: true, or tp_comm_overlap: none")
         if p.get("sequence_parallel") and tp and model.get("seq_length") and model["seq_length"] % tp:
             errs.add("parallel.sequence_parallel", f"seq_length {model['seq_length']} is not divisible by tp={tp}", "use a tp dividing the sequence length or turn sequence_parallel off")
     if training and None not in (training.get("global_batch_size"), training.get("micro_batch_size"), p.get("dp")):

@@ -238,8 +238,10 @@ class ParallelSpec:
     ep: int = spec_field("posint", "expert parallel: experts split over ep ranks", default=1, maximum=65_536)
     etp: int = spec_field("posint", "expert tensor parallel: each expert's FFN split over etp ranks", default=1, maximum=65_536)
     sequence_parallel: bool = spec_field("bool", "Megatron sequence parallelism (needed by MoE with tp > 1)", default=False)
-    tp_comm_overlap: bool = spec_field("bool", "tensor-parallel collectives overlapped with their GEMMs (Megatron --tp-comm-overlap, "
-                                       "Transformer Engine userbuffers; needs sequence_parallel)", default=False)
+    tp_comm_overlap: str = spec_field(("none", "userbuffers", "async_tp"),
+                                      "tensor-parallel collectives overlapped with their GEMMs: userbuffers (Megatron "
+                                      "--tp-comm-overlap on Transformer Engine), async_tp (torchtitan / PyTorch async TP); "
+                                      "needs sequence_parallel", default="none")
     zero_stage: int = spec_field((0, 1, 2, 3), "ZeRO / FSDP sharding stage", default=0)
     schedule: str = spec_field("str", "pipeline schedule (simtrain list schedules)", default="1f1b", choices=_SCHEDULES,
                                dump_if=lambda p: not p.schedule_csv)

@@ -58,7 +58,17 @@ class Attention(MLAProjections):
         core_f, core_b = self.attention_core(heads, qk_dim, v_dim)
         fwd = [n1, self.tp_comm(True, 0, msg), attn_core, *core_f, (out,), self.tp_comm(True, 1, msg), r1]
         bwd = [r1b, self.tp_comm(False, 1, msg), (out_b, out_w), *core_b, rope_b + proj_b, self.tp_comm(False, 0, msg), n1b]
-        if self.ub:
+        if self.ub == "async_tp":
+            # PyTorch async TP (torchtitan): every all-gather-matmul and matmul-reduce-scatter
+            # decomposed into tp pieces beside copy-engine transfers, forward and backward
+            if self.mla is None:
+                into, into_b = [self.ub_ring("atp_qkv_ag", qkv, msg), rope[0] if rope else ()], (
+                    rope_b, self.ub_ring("atp_qkv_dgrad_rs", qkv_b, msg), (qkv_w,))
+            else:
+                into, into_b = [self.tp_comm(True, 0, msg), attn_core], (rope_b + proj_b, self.tp_comm(False, 0, msg))
+            fwd = [n1, *into, *core_f, self.ub_ring("atp_proj_rs", out, msg), r1]
+            bwd = [r1b, self.ub_ring("atp_proj_dgrad_ag", out_b, msg), (out_w,), *core_b, *into_b, n1b]
+        elif self.ub:
             # TE userbuffers: the all-gathers run as ring exchanges into the QKV GEMM (MLA's
             # projections keep the plain all-gather) and the output projection's dgrad, the
             # reduce-scatters piecewise beside the output projection and beside QKV's wgrad

@@ -73,8 +73,8 @@ class LayerDims:
         self.T = self.b * self.s // self.cp         # tokens per microbatch on this rank
         # tensor-parallel collectives overlapped with their GEMMs (needs sp; the loader checks the
         # device's SM count): the part of the SMs a pipelined or bulk overlap leaves its GEMM
-        self.ub = p.tp_comm_overlap and self.sp
-        sms = get_device(sc.cluster.device).sms if self.ub else 0
+        self.ub = p.tp_comm_overlap if self.sp and p.tp_comm_overlap != "none" else None
+        sms = get_device(sc.cluster.device).sms if self.ub == "userbuffers" else 0
         self.ub_share = (sms - UB_COMM_SMS) / sms if sms else 1.0
         self.moe = None if encoder else m.moe
         self.ep, self.etp = p.ep, p.etp
@@ -123,9 +123,11 @@ class LayerDims:
         return Comm("tp", kind, msg, f"tp_{kind}{i}")
 
     def ub_ring(self, name: str, g: Op, msg: float) -> Ring:
-        """Ring exchange (TE userbuffers): the all-gather of a sequence-sharded tensor fed into
-        GEMM `g` in tp pieces of T/tp rows, each computed while the next shard (msg/tp bytes)
-        moves one hop; the copy engines move it, so the GEMM keeps every SM."""
+        """Ring exchange (TE userbuffers; PyTorch async TP): the all-gather of a sequence-sharded
+        tensor fed into GEMM `g` in tp pieces of T/tp rows, each computed while the next shard
+        (msg/tp bytes) moves one hop; or (async TP's matmul-reduce-scatter) GEMM `g` in tp pieces,
+        each piece's partial output sent to the rank that owns its rows while the next computes.
+        Copy engines move the data, so the GEMM keeps every SM."""
         m, n, k = g.shape
         t = self.tp
         return Ring(t, (self.gemm(g.name + "/ring", m / t, n, k, g.phase),), Comm("tp", "send_recv", msg / t, name))

@@ -35,6 +35,18 @@ class Comm:
     node_limit: tuple = () # (top_k, max nodes per token): node-limited MoE routing, see `node_limited_share`
 
 
+# collective names of the tensor-parallel transfers overlapped with their GEMMs (TE userbuffers,
+# PyTorch async TP): their cost to the GEMM is the Ring's SM share, not the measured
+# compute-under-NCCL interference
+OVERLAP_PREFIXES = ("ub_", "atp_")
+
+
+def overlapped_tp(name: str) -> bool:
+    """Whether a collective (by `Comm.name`, or an op label `collective:name`) is an overlapped
+    tensor-parallel transfer."""
+    return name.split(":", 1)[-1].startswith(OVERLAP_PREFIXES)
+
+
 @dataclass(frozen=True)
 class Ring:
     """A compute segment run in `steps` pieces beside a chain of transfers, c per piece and x

@@ -73,7 +73,13 @@ class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
         core_f, core_b = self.ffn(T, width / t, "")
         r2, r2b = self.residual(2, seq_e)
         msg = act_b * T * h
-        if self.ub:
+        if self.ub == "async_tp":
+            fc1, *act, fc2 = core_f
+            fc2_b, fc2_w, *actb, fc1_b, fc1_w = core_b
+            fwd = [n2, self.ub_ring("atp_fc1_ag", fc1, msg), tuple(act), self.ub_ring("atp_fc2_rs", fc2, msg), r2]
+            bwd = [r2b, self.ub_ring("atp_fc2_dgrad_ag", fc2_b, msg), (fc2_w, *actb),
+                   self.ub_ring("atp_fc1_dgrad_rs", fc1_b, msg), (fc1_w,), n2b]
+        elif self.ub:
             # TE userbuffers: fc1's all-gather as a ring exchange, fc2's reduce-scatter piecewise;
             # backward: fc2's dgrad fed by a ring exchange, fc1's dgrad reduce-scattered beside its wgrad
             fc1, *act, fc2 = core_f
