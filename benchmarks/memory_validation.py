@@ -33,7 +33,8 @@ def scenario(doc: dict, row: dict) -> dict:
     return {
         "name": row["name"],
         "model": {"preset": row["model"], "seq_length": row["seq"]},
-        "training": {"micro_batch_size": row["mbs"], "global_batch_size": row["gbs"], "precision": "fp8", "recompute": "full"},
+        "training": {"micro_batch_size": row["mbs"], "global_batch_size": row["gbs"], "precision": "fp8",
+                     "fp8_recipe": "torchao_tensorwise", "recompute": "full"},
         "parallel": {"tp": row["tp"], "cp": row["cp"], "pp": row["pp"], "dp": row["dp"], "zero_stage": row["zero"],
                      "sequence_parallel": row["tp"] > 1, "schedule": "1f1b",
                      **({k: row[k] for k in ("first_stage_layers", "last_stage_layers") if k in row})},

@@ -244,7 +244,7 @@ def test_deepspeed_other_auto_values_are_reported(tmp_path):
 @pytest.mark.parametrize("flavor,local,tp,recompute,prec", [
     ("8b", 1, 1, "selective", "bf16"),      # selective_ac_option "op"
     ("70b", 8, 8, "full", "bf16"),
-    ("405b", 2, 8, "full", "fp8"),          # converters = ["float8"]
+    ("405b", 2, 8, "full", "fp8"),          # converters = ["float8"]; no recipe_name: torchao's tensorwise
 ])
 def test_torchtitan_llama3(tmp_path, flavor, local, tp, recompute, prec):
     """torchtitan's Llama 3 TOMLs (commit 4a950ea) on 128 devices: shard -1 fills the world,
@@ -253,8 +253,10 @@ def test_torchtitan_llama3(tmp_path, flavor, local, tp, recompute, prec):
     dp = 128 // tp
     assert t["model"] == {"preset": f"llama3-{flavor}", "seq_length": 8192}
     assert (t["parallel"]["tp"], t["parallel"]["dp"], t["parallel"]["zero_stage"]) == (tp, dp, 3)
+    # torchao float8 with its default tensorwise scaling
+    recipe = {"fp8_recipe": "torchao_tensorwise"} if prec == "fp8" else {}
     assert t["training"] == {"micro_batch_size": local, "global_batch_size": local * dp, "precision": prec,
-                             "recompute": recompute}
+                             "recompute": recompute, **recipe}
 
 
 # -- verl -----------------------------------------------------------------------------------
@@ -592,3 +594,72 @@ def test_torchtitan_async_tp_is_read(tmp_path):
     assert t["parallel"]["tp_comm_overlap"] == "async_tp" and t["parallel"]["sequence_parallel"] is True
     t = run_import(tmp_path, "torchtitan", str(DATA / "torchtitan" / "llama3_70b.toml"), "--world-size", "128", *H100)
     assert "tp_comm_overlap" not in t["parallel"]
+
+
+# -- FP8 recipes -----------------------------------------------------------------------------
+
+SMALL = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 "
+         "--bf16 --micro-batch-size 1 ")
+
+
+@pytest.mark.parametrize("recipe,want", [("delayed", "delayed"), ("tensorwise", "current"),
+                                         ("blockwise", "blockwise"), ("mxfp8", "mxfp8")])
+def test_megatron_fp8_recipe_maps_onto_training_fp8_recipe(tmp_path, recipe, want):
+    """Megatron-LM's --fp8-recipe choices (megatron/training/arguments.py): tensorwise is
+    Transformer Engine's Float8CurrentScaling, simtrain's current; the others keep their names."""
+    f = tmp_path / "t.args"
+    f.write_text(SMALL + f"--fp8-format hybrid --fp8-recipe {recipe}")
+    # MXFP8 needs a Blackwell device (an 8-GPU DGX fabric carries it here)
+    device = ("--device", "b200-sxm-180gb", "--topology", "dgx-h100") if recipe == "mxfp8" else H100
+    t = run_import(tmp_path, "megatron", str(f), "--world-size", "8", *device)
+    assert (t["training"]["precision"], t["training"]["fp8_recipe"]) == ("fp8", want)
+
+
+def test_unknown_fp8_recipe_and_bf16_layers_are_named(tmp_path, capsys):
+    """A recipe simtrain has no model of is refused by name; --first-last-layers-bf16 gets its own
+    warning saying how the answer differs."""
+    f = tmp_path / "t.args"
+    f.write_text(SMALL + "--fp8-format hybrid --fp8-recipe custom")
+    (p,) = _megatron_problems(tmp_path, f.read_text(), ".args", world_size=8)
+    assert p.path == "--fp8-recipe" and "'custom'" in p.problem and "delayed" in p.fix
+    f.write_text(SMALL + "--fp8-format hybrid --first-last-layers-bf16")
+    msgs = _import_warnings(tmp_path, capsys, str(f), "--world-size", "8", *H100)
+    assert any(m.startswith(f"{f}: --first-last-layers-bf16: ") and "faster than the run's" in m for m in msgs)
+
+
+def test_torchtitan_float8_recipe_names(tmp_path):
+    """torchtitan's float8 recipe_name: rowwise -> torchao_rowwise; rowwise_with_gw_hp (bf16
+    weight gradients) is refused naming the key."""
+    base = (DATA / "torchtitan" / "llama3_405b.toml").read_text()
+    f = tmp_path / "t.toml"
+    assert base.count("[quantize.linear.float8]\n") == 1
+    f.write_text(base.replace("[quantize.linear.float8]\n", '[quantize.linear.float8]\nrecipe_name = "rowwise"\n'))
+    t = run_import(tmp_path, "torchtitan", str(f), "--world-size", "128", *H100)
+    assert t["training"]["fp8_recipe"] == "torchao_rowwise"
+    f.write_text(base.replace("[quantize.linear.float8]\n", '[quantize.linear.float8]\nrecipe_name = "rowwise_with_gw_hp"\n'))
+    with warnings.catch_warnings(), pytest.raises(ConfigError) as e:
+        warnings.simplefilter("ignore")
+        import_files("torchtitan", [str(f)], Options(topology="dgx-h100", device="h100-sxm5-80gb", world_size=128), tmp_path / "s.yaml")
+    (p,) = e.value.problems
+    assert p.path == "quantize.linear.float8.recipe_name" and "rowwise_with_gw_hp" in p.problem
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "current", "blockwise"])
+def test_fp8_recipe_round_trips_through_megatron_arguments(tmp_path, recipe):
+    """An FP8 scenario exported to Megatron-LM arguments and imported back keeps its recipe."""
+    sc, _ = load_scenario(ROOT / "scenarios" / "llama3-8b-h200-64.yaml",
+                          ["training.precision=fp8", f"training.fp8_recipe={recipe}"])
+    args = " ".join(megatron.to_args(sc.resolved()))
+    assert f"--fp8-recipe {'tensorwise' if recipe == 'current' else recipe}" in args
+    run_import(tmp_path, "megatron", "--args", args, "--world-size", "64", "--topology", "dgx-h100",
+               "--device", "h200-sxm-141gb", "--name", sc.name)
+    assert loaded(tmp_path).resolved()["training"] == sc.resolved()["training"]
+
+
+def test_torchao_recipe_exports_as_te_current_scaling_with_a_warning():
+    """Megatron-LM has no torchao float8: the export writes TE's current scaling and says so."""
+    sc, _ = load_scenario(ROOT / "scenarios" / "llama3-8b-h200-64.yaml",
+                          ["training.precision=fp8", "training.fp8_recipe=torchao_tensorwise"])
+    with pytest.warns(UserWarning, match="torchao_tensorwise is torchao's"):
+        args = megatron.to_args(sc.resolved())
+    assert args[args.index("--fp8-recipe") + 1] == "tensorwise"

@@ -1,7 +1,8 @@
 """Compute cost models (the engine's compute seam): operator -> duration on a device.
 
 `ComputeCostModel` is the protocol; `CalibratedRoofline` is the default implementation:
-  gemm       max(flops / (peak[dtype] x gemm_eff(m,n,k)), bytes / (hbm_bw x mem_eff))
+  gemm       max(flops / (peak[dtype] x gemm_eff(m,n,k)), bytes / (hbm_bw x mem_eff)), dtype the
+             op's own (an FP8 run's TE linears fp8, the rest bf16) or else the run's precision
   attention  flops / (peak x flash_eff(seq))        (FlashAttention-2 measured fwd+bwd curve)
   memory     bytes / (hbm_bw x mem_eff)             (STREAM copy / datasheet bandwidth)
   non-GEMM   bytes / (hbm_bw x class_eff(bytes))    (a norm, softmax, fused or eager elementwise
@@ -159,19 +160,20 @@ class CalibratedRoofline:
             return self.memory_time(op.bytes)
         if op.kind == "gemm":
             m, n, k = op.shape
-            shaped = dict(dev.gemm_shapes).get(gemm_class(self.matmul_dtype))
+            dt = op.dtype or self.matmul_dtype        # an FP8 run tags each GEMM with its own precision
+            shaped = dict(dev.gemm_shapes).get(gemm_class(dt))
             if shaped is not None:
                 eff, inside = shaped.at_shape(m, n, k)
                 if not inside:
                     self._note_outside("GEMM shape (cube root of m·n·k) outside the measured", shaped.side_range(), (m * n * k) ** (1 / 3))
-                peak = dev.peak(self.matmul_dtype if self.matmul_dtype in dev.peak_flop_per_s else self.vector_dtype)
+                peak = dev.peak(dt if dt in dev.peak_flop_per_s else self.vector_dtype)
                 return max(op.flops / (peak * eff), self.memory_time(op.bytes))
-            curve = dev.gemm.get(gemm_class(self.matmul_dtype), dev.gemm["16bit"])
+            curve = dev.gemm.get(gemm_class(dt), dev.gemm["16bit"])
             size = (max(m, 1.0) * max(n, 1.0) * max(k, 1.0)) ** (1.0 / 3.0)
             eff, inside = curve.at(size)
             if not inside:
                 self._note_outside(f"GEMM size (cube root of m·n·k) outside the measured {curve.origin} sweep", curve, size)
-            peak = dev.peak(self.matmul_dtype if self.matmul_dtype in dev.peak_flop_per_s else self.vector_dtype)
+            peak = dev.peak(dt if dt in dev.peak_flop_per_s else self.vector_dtype)
             return max(op.flops / (peak * eff), self.memory_time(op.bytes))
         if op.kind == "attention":
             seq = op.shape[0]

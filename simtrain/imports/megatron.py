@@ -55,7 +55,14 @@ _DIFFERS = {
     "--fp8-param-gather": "the run keeps its compute weights in fp8 and all-gathers them in fp8, but simtrain counts 16-bit "
                           "weights: weight memory and the distributed optimizer's parameter all-gather are counted at "
                           "2 bytes per parameter where the run uses 1 (both come out twice the run's)",
+    "--first-last-layers-bf16": "the run keeps its first and last transformer layers (--num-layers-at-start-in-bf16, "
+                                "--num-layers-at-end-in-bf16) in bf16, but simtrain runs every layer's linears in FP8: "
+                                "those layers come out faster than the run's",
+    "--fp8-dot-product-attention": "the run computes the attention core in FP8, but simtrain keeps it in bf16: attention "
+                                   "comes out slower than the run's",
 }
+# Megatron-LM --fp8-recipe -> training.fp8_recipe (tensorwise is TE's Float8CurrentScaling)
+_FP8_RECIPES = {"delayed": "delayed", "tensorwise": "current", "blockwise": "blockwise", "mxfp8": "mxfp8"}
 # read by this importer under names Megatron-LM's parser no longer spells out
 _OLD_NAMES = {"--no-overlap-grad-reduce", "--no-overlap-param-gather"}
 
@@ -447,6 +454,13 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
         flash = str(backend) in ("flash", "fused", "auto")
     training = {"micro_batch_size": mb, "global_batch_size": gb, "precision": prec, "recompute": recompute,
                 "flash_attention": flash}
+    recipe = _value(f, "--fp8-recipe")
+    if recipe is not None:
+        f.take("--fp8-recipe")
+        if str(recipe) not in _FP8_RECIPES:
+            f.refuse("--fp8-recipe", f"recipe {recipe!r} is not modelled", f"use one of: {', '.join(_FP8_RECIPES)}")
+        elif prec == "fp8":
+            training["fp8_recipe"] = _FP8_RECIPES[str(recipe)]
     fusions = {key: False for flag, key in _FUSION_OFF_FLAGS.items() if _flag(f, flag)}
     if _flag(f, "--cross-entropy-loss-fusion"):
         fusions["cross_entropy"] = True
@@ -579,6 +593,14 @@ def to_args(tree: dict[str, Any]) -> list[str]:
     add("--bf16") if prec in ("bf16", "fp8") else add("--fp16")
     if prec == "fp8":
         add("--fp8-format", "hybrid")
+        recipe = t.get("fp8_recipe", "delayed")
+        if recipe.startswith("torchao_"):
+            # torchao's float8 is not Transformer Engine's: its nearest TE recipe is written
+            warnings.warn(f"training.fp8_recipe: {recipe} is torchao's (torchtitan); Megatron-LM runs Transformer "
+                          "Engine's FP8, so --fp8-recipe tensorwise (current scaling) is written: the exported run "
+                          "keeps FP8 activations and casts less than the scenario", stacklevel=2)
+            recipe = "current"
+        add("--fp8-recipe", {v: k for k, v in _FP8_RECIPES.items()}[recipe])
     if t.get("recompute") in ("full", "selective"):
         add("--recompute-granularity", t["recompute"])
         if t["recompute"] == "full":

@@ -119,6 +119,16 @@ def to_tree(file: str, cfg: dict[str, Any], opts: Options, errs: Collector, out_
     prec = opts.precision
     conv = f.take("model.converters", [])
     fp8 = f.take("float8.enable_fsdp_float8_all_gather") is not None or "float8" in (conv or [])
+    # torchao's float8 recipes (tensorwise, its default, and rowwise) as training.fp8_recipe
+    key = "quantize.linear.float8.recipe_name" if f.has("quantize.linear.float8.recipe_name") else "float8.recipe_name"
+    rname = f.take(key)
+    fp8_recipe = None
+    if fp8 or rname:
+        if rname in (None, "tensorwise", "rowwise"):
+            fp8_recipe = f"torchao_{rname or 'tensorwise'}"
+        else:
+            f.refuse(key, f"torchao recipe {rname!r} is not modelled (rowwise_with_gw_hp keeps the weight-gradient "
+                     "GEMMs in bf16)", "use tensorwise or rowwise")
     f.use(*[k for k in f.values if k.startswith(("float8.", "quantize.linear.float8."))])
     mp = f.take(T + "mixed_precision_param", "bfloat16")
     if prec is None:
@@ -163,6 +173,8 @@ def to_tree(file: str, cfg: dict[str, Any], opts: Options, errs: Collector, out_
         else:
             model = {"preset": preset, "seq_length": seq}
     training = {"micro_batch_size": mb, "global_batch_size": gb, "precision": prec, "recompute": recompute}
+    if prec == "fp8" and fp8_recipe:
+        training["fp8_recipe"] = fp8_recipe
     if lps and pp and pp > 1:
         L = model_presets().get(model.get("preset"), {}).get("num_layers") if model else None
         if L and L % (lps * pp) == 0:

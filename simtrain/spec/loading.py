@@ -940,6 +940,10 @@ def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> No
         prec = training.get("precision")
         if prec and prec not in dev.peak_flop_per_s:
             errs.add("training.precision", f"{cluster['device']} has no {prec} peak in its preset", f"use one of: {', '.join(k for k in dev.peak_flop_per_s if k in ('fp16', 'bf16', 'fp8'))}")
+        recipe = training.get("fp8_recipe")
+        if recipe == "mxfp8" and prec == "fp8" and dev.arch != "blackwell":
+            errs.add("training.fp8_recipe", f"MXFP8 needs Blackwell's block-scaled Tensor Cores; {cluster['device']} is {dev.arch}",
+                     "use fp8_recipe: delayed, current or blockwise, or a Blackwell device (b200-sxm-180gb, gb200-186gb)")
         if training.get("optimizer_offload") == "cpu" and not dev.host_bandwidth:
             errs.add("training.optimizer_offload", f"{cluster['device']} has no host-link bandwidth in its preset",
                      "give the preset a host_link, or set training.optimizer_offload: none")

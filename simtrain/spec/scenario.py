@@ -169,6 +169,7 @@ class FusionSpec:
 
 
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
+FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8", "torchao_tensorwise", "torchao_rowwise")
 """The parts training.recompute_modules may name (Megatron-core TransformerConfig.recompute_modules)."""
 
 
@@ -177,7 +178,16 @@ class TrainingSpec:
     """One training step: batch sizes and numerics."""
     micro_batch_size: int = spec_field("posint", "sequences per microbatch", maximum=65_536)
     global_batch_size: int = spec_field("posint", "sequences per step (a multiple of micro_batch_size x dp)", maximum=1_048_576)
-    precision: str = spec_field(("fp16", "bf16", "fp8"), "GEMM precision (the device preset needs its peak)", default="bf16")
+    precision: str = spec_field(("fp16", "bf16", "fp8"), "GEMM precision (the device preset needs its peak); fp8: "
+                                "Transformer Engine's linear layers in FP8, the LM head, router and attention core in bf16",
+                                default="bf16")
+    # Transformer Engine's recipe classes (Megatron-LM --fp8-recipe): how FP8 scales are found
+    fp8_recipe: str = spec_field(FP8_RECIPES, "with precision: fp8, the scaling recipe: Transformer Engine's delayed "
+                                 "(amax history), current (this tensor's amax, one extra read), blockwise (1x128 / "
+                                 "128x128 tiles), mxfp8 (32-element blocks, Blackwell only); or torchao's float8 "
+                                 "(torchtitan) torchao_tensorwise, torchao_rowwise (16-bit inputs kept, recast in "
+                                 "the backward)", default="delayed",
+                                 dump_if=lambda t: t.precision == "fp8")
     recompute: str = spec_field(("none", "selective", "full"), "activation recomputation", default="none")
     # Megatron-LM's --recompute-method / --recompute-num-layers (with recompute: full), per model
     # stage (each virtual chunk): uniform checkpoints groups of N layers (every layer recomputed,

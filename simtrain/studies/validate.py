@@ -262,11 +262,12 @@ def h100_scenario(r: dict, profile: str | None = H100_PROFILE) -> dict:
     cluster = {"device": H100_DEVICE, "topology": H100_TOPOLOGY, "nodes": max(1, r["gpus"] // 8)}
     if profile:
         cluster["device_profile"] = profile
+    training = {"micro_batch_size": r["micro_batch"], "global_batch_size": r["global_batch"],
+                "precision": r["precision"], "recompute": r["recompute"], "flash_attention": bool(r["flash_attention"])}
+    if r.get("fp8_recipe"):
+        training["fp8_recipe"] = r["fp8_recipe"]
     return {"name": f"h100-{r['id']}", "model": {"preset": r["model"], "seq_length": r["seq_length"]},
-            "training": {"micro_batch_size": r["micro_batch"], "global_batch_size": r["global_batch"],
-                         "precision": r["precision"], "recompute": r["recompute"],
-                         "flash_attention": bool(r["flash_attention"])},
-            "parallel": parallel, "cluster": cluster}
+            "training": training, "parallel": parallel, "cluster": cluster}
 
 
 def evaluate_h100(rows: Sequence[dict] | None = None, profile: str | None = H100_PROFILE,

@@ -133,14 +133,14 @@ class Attention(MLAProjections):
         # unfused: two batched GEMMs plus scale/mask/softmax/dropout over b·heads·s² elements
         s, d = sq, qk_dim
         sq_e = b * heads * s * s
-        qk = Op("attn_scores", "gemm", "F", 2.0 * b * heads * s * s * d, ACT_BYTES * (2 * b * heads * s * d + sq_e), (s, s, d), 2.0 * b * heads * s * s * d)
+        qk = Op("attn_scores", "gemm", "F", 2.0 * b * heads * s * s * d, ACT_BYTES * (2 * b * heads * s * d + sq_e), (s, s, d), 2.0 * b * heads * s * s * d, self.half_dtype)
         # scale + causal mask + softmax (fused: Megatron's scaled_upper_triang_masked_softmax), then
         # attention dropout (GPT), always its own kernel
         drop = self.nongemm("dropout", "attn_dropout", sq_e) if self.gpt else ()
         sm = self.nongemm("masked_softmax", "softmax", sq_e) + drop
-        av = Op("attn_values", "gemm", "F", 2.0 * b * heads * s * s * d, ACT_BYTES * (sq_e + 2 * b * heads * s * d), (s, d, s), 2.0 * b * heads * s * s * d)
-        qk_b = Op("attn_scores.bwd", "gemm", "B", 2 * qk.flops, 2 * qk.bytes, (s, s, d), 2 * qk.flops)
+        av = Op("attn_values", "gemm", "F", 2.0 * b * heads * s * s * d, ACT_BYTES * (sq_e + 2 * b * heads * s * d), (s, d, s), 2.0 * b * heads * s * s * d, self.half_dtype)
+        qk_b = Op("attn_scores.bwd", "gemm", "B", 2 * qk.flops, 2 * qk.bytes, (s, s, d), 2 * qk.flops, self.half_dtype)
         dropb = self.nongemm("dropout", "attn_dropout.bwd", sq_e, "B") if self.gpt else ()
         smb = dropb + self.nongemm("masked_softmax", "softmax.bwd", sq_e, "B")
-        av_b = Op("attn_values.bwd", "gemm", "B", 2 * av.flops, 2 * av.bytes, (s, d, s), 2 * av.flops)
+        av_b = Op("attn_values.bwd", "gemm", "B", 2 * av.flops, 2 * av.bytes, (s, d, s), 2 * av.flops, self.half_dtype)
         return (qk, *sm, av), (av_b, *smb, qk_b)

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from simtrain.hardware.devices import get_device
 from simtrain.spec.scenario import Scenario
+from simtrain.workload import fp8
 from simtrain.workload.ir import ACT_BYTES, Comm, Op, Ring
 from simtrain.workload.nongemm import flag_of, kernels
 
@@ -76,16 +77,25 @@ class LayerDims:
         self.ub = p.tp_comm_overlap if self.sp and p.tp_comm_overlap != "none" else None
         sms = get_device(sc.cluster.device).sms if self.ub == "userbuffers" else 0
         self.ub_share = (sms - UB_COMM_SMS) / sms if sms else 1.0
+        # FP8 as Transformer Engine runs it (`fp8`): TE linears in FP8, the rest 16-bit
+        self.fp8 = t.precision == "fp8"
+        self.fp8_recipe = t.fp8_recipe
         self.moe = None if encoder else m.moe
         self.ep, self.etp = p.ep, p.etp
         self._layers: dict = {}
 
-    def gemm(self, name: str, m: float, n: float, k: float, phase: str = "F", replicated: bool = False) -> Op:
+    def gemm(self, name: str, m: float, n: float, k: float, phase: str = "F", replicated: bool = False,
+             dtype: str = "") -> Op:
         """`replicated`: every tensor-parallel rank runs the same GEMM, so the model-FLOP count
-        takes it once (1/tp per rank)."""
+        takes it once (1/tp per rank). `dtype` fp8: FP8 operands (1 byte), 16-bit output."""
         fl = 2.0 * m * n * k
-        by = ACT_BYTES * (m * k + k * n + m * n)
-        return Op(name, "gemm", phase, fl, by, (m, n, k), fl / self.tp if replicated else fl)
+        by = fp8.gemm_bytes(m, n, k) if dtype == "fp8" else ACT_BYTES * (m * k + k * n + m * n)
+        return Op(name, "gemm", phase, fl, by, (m, n, k), fl / self.tp if replicated else fl, dtype)
+
+    @property
+    def half_dtype(self) -> str:
+        """The tag of a GEMM kept 16-bit: bf16 in an FP8 run, else the run's own precision ("")."""
+        return "bf16" if self.fp8 else ""
 
     def mem(self, name: str, nbytes: float, phase: str = "F") -> Op:
         return Op(name, "memory", phase, 0.0, nbytes)
@@ -106,10 +116,15 @@ class LayerDims:
         name = f"residual_add{i}"
         return (self.mem(name, 3 * ACT_BYTES * elements),), (self.mem(name + ".bwd", 2 * ACT_BYTES * elements, "B"),)
 
-    def gemm_fbw(self, name: str, m: float, n: float, k: float, replicated: bool = False) -> tuple[Op, Op, Op]:
-        """Forward, input-gradient (m x k x n) and weight-gradient (k x n x m) GEMMs."""
-        return (self.gemm(name, m, n, k, replicated=replicated), self.gemm(name + ".dgrad", m, k, n, "B", replicated),
-                self.gemm(name + ".wgrad", k, n, m, "W", replicated))
+    def gemm_fbw(self, name: str, m: float, n: float, k: float, replicated: bool = False,
+                 te: bool = True) -> tuple[Op, Op, Op]:
+        """Forward, input-gradient (m x k x n) and weight-gradient (k x n x m) GEMMs. `te`: a
+        Transformer Engine linear inside a transformer layer (FP8 in an FP8 run); False for the
+        LM head, the router, gates and the projector, which stay 16-bit."""
+        dt = ("fp8" if te else "bf16") if self.fp8 else ""
+        return (self.gemm(name, m, n, k, replicated=replicated, dtype=dt),
+                self.gemm(name + ".dgrad", m, k, n, "B", replicated, dt),
+                self.gemm(name + ".wgrad", k, n, m, "W", replicated, dt))
 
     def tp_comm(self, fwd: bool, i: int, msg: float) -> Comm | None:
         """Megatron's tensor-parallel communication point i (0: into attention, 1: out of it, 2:
@@ -130,7 +145,7 @@ class LayerDims:
         Copy engines move the data, so the GEMM keeps every SM."""
         m, n, k = g.shape
         t = self.tp
-        return Ring(t, (self.gemm(g.name + "/ring", m / t, n, k, g.phase),), Comm("tp", "send_recv", msg / t, name))
+        return Ring(t, (self.gemm(g.name + "/ring", m / t, n, k, g.phase, dtype=g.dtype),), Comm("tp", "send_recv", msg / t, name))
 
     def ub_pipeline(self, name: str, g: Op, msg: float) -> Ring:
         """Pipelined overlap (TE userbuffers): GEMM `g` in UB_PIPELINE_SPLITS row pieces, each
@@ -138,7 +153,7 @@ class LayerDims:
         kernels leave."""
         m, n, k = g.shape
         s = UB_PIPELINE_SPLITS
-        return Ring(s, (self.gemm(g.name + "/chunk", m / s, n, k, g.phase),),
+        return Ring(s, (self.gemm(g.name + "/chunk", m / s, n, k, g.phase, dtype=g.dtype),),
                     Comm("tp", "reduce_scatter", msg / s, name), "pipeline", self.ub_share)
 
     def ub_bulk(self, name: str, g: Op, comm: Comm) -> Ring:

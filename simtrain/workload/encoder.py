@@ -21,13 +21,13 @@ class EncoderProjector(LayerDims):
         T, he = self.b * self.s, self.h
         enc = self.sc.model.encoder
         f, b = [], []
-        g1 = self.gemm_fbw("projector.fc1", T, lm_hidden, he, replicated=True)
+        g1 = self.gemm_fbw("projector.fc1", T, lm_hidden, he, replicated=True, te=False)
         f.append(g1[0])
         b = [g1[1], g1[2]]
         if enc.projector == "mlp":
             act = self.mem("projector.gelu", 2 * ACT_BYTES * T * lm_hidden)
             actb = self.mem("projector.gelu.bwd", 3 * ACT_BYTES * T * lm_hidden, "B")
-            g2 = self.gemm_fbw("projector.fc2", T, lm_hidden, lm_hidden, replicated=True)
+            g2 = self.gemm_fbw("projector.fc2", T, lm_hidden, lm_hidden, replicated=True, te=False)
             f += [act, g2[0]]
             b = [g2[1], g2[2], actb] + b
         return with_split(LayerProgram((tuple(f),), (tuple(b),), ()), 0, 1)

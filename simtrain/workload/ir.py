@@ -24,6 +24,7 @@ class Op:
     bytes: float           # bytes read + written
     shape: tuple = ()      # gemm: (m, n, k); attention: (seq, causal)
     model_flops: float = 0.0   # FLOPs counted by the model-FLOP accounting (recompute excluded)
+    dtype: str = ""            # gemm: its input precision (fp8, bf16); "" for the cost model's own
 
 
 @dataclass(frozen=True)

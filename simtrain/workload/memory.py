@@ -14,6 +14,7 @@ recompute.
 from __future__ import annotations
 
 from simtrain.spec.scenario import Scenario
+from simtrain.workload import fp8
 from simtrain.workload.base import LayerDims
 
 
@@ -128,19 +129,24 @@ class Memory(LayerDims):
         mods = set(self.sc.training.recompute_modules) if recompute == "selective" else set()
         drop = 1 if self.gpt else 0
         norm_out = 0 if "layernorm" in mods else 1
+        # FP8 (Transformer Engine): a TE linear keeps its input for the weight gradient as the
+        # quantized columnwise copy, `fp8.stored_bytes` per value instead of 2
+        xb = fp8.stored_bytes(self.fp8_recipe) if self.fp8 else 2
+        # the MLP input of an MoE layer also feeds the 16-bit router, so it stays 16-bit
+        mlp_in = 2 if kind == "moe" else xb
         # sequence-region tensors: norm inputs (2x 2h), their outputs (the QKV input 2h, the MLP
         # input 2h), dropout masks (2x h)
-        seq = (2 * h + 2 * h + norm_out * (2 * h + 2 * h) + 2 * drop * h) / seq_div
+        seq = (2 * h + 2 * h + norm_out * (xb * h + mlp_in * h) + 2 * drop * h) / seq_div
         # MLP: the activation's input (fc1 output: f wide for GeLU, gate and up 2f for SwiGLU), in
         # FP8 with activation_fp8_input_store, and its output (fc2's input, 2f)
         fc1_b = 1 if self.sc.training.activation_fp8_input_store else 2
         width = self.moe.shared_expert_ffn_hidden_size if kind == "moe" else f
-        mlp = fc1_b * (1 if self.gpt else 2) * width + 2 * width
+        mlp = fc1_b * (1 if self.gpt else 2) * width + xb * width
         if self.mla is None:
             # tensor-parallel region: Q (2·a·d, i.e. 2h unless head_dim is given), K and V
             # (2·g·d each), attention output 2·a·d, MLP internals
             q, kv = a * self.d, self.g * self.d
-            tpr = (2 * q + 4 * kv + 2 * q + mlp) / t
+            tpr = (2 * q + 4 * kv + xb * q + mlp) / t
         else:
             # MLA (DeepSeek-V2 §2.1.2) as the flash kernel sees it: per head Q and K of
             # qk_nope + qk_rope, V and the output of v_head_dim (the output is also attn_out's
@@ -151,7 +157,7 @@ class Memory(LayerDims):
             qk, v = a * (m.qk_nope_head_dim + m.qk_rope_head_dim), a * m.v_head_dim
             qkv = 0 if "mla_up_proj" in mods else 2 * qk + 2 * qk + 2 * v
             ql = m.q_lora_rank or 0
-            tpr = (qkv + 2 * v + mlp) / t + 2 * ql + 2 * (m.kv_lora_rank + m.qk_rope_head_dim) + norm_out * (2 * ql + 2 * m.kv_lora_rank)
+            tpr = (qkv + xb * v + mlp) / t + 2 * ql + 2 * (m.kv_lora_rank + m.qk_rope_head_dim) + norm_out * (xb * ql + xb * m.kv_lora_rank)
         if self.flash:
             scores = 4 * a / t                                 # fp32 log-sum-exp per (head, query): 4·a·s·b/t bytes
         elif recompute == "selective" and "core_attn" in mods:
@@ -168,8 +174,8 @@ class Memory(LayerDims):
             # Megatron-core applies the routing weights inside the experts' activation
             # (TEGroupedMLP: weighted_bias_swiglu_impl with permuted_probs), so the combine is a
             # plain sum that keeps nothing; and the fp32 router probabilities per token
-            xin = h * (1 + 4 / 128) if moe.dispatch_precision == "fp8" else 2 * h
-            act_out = 0 if "moe_act" in mods else 2 * width
+            xin = h * (1 + 4 / 128) if moe.dispatch_precision == "fp8" else xb * h
+            act_out = 0 if "moe_act" in mods else xb * width
             fc1_out = fc1_b * (1 if self.gpt else 2) * width
             out += rows * (xin + fc1_out + act_out + 4) + 4 * (s * b / seq_div) * moe.num_experts
         return out

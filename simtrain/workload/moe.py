@@ -15,6 +15,8 @@ Worked example (uniform routing, no drops): a rank dispatching T tokens with top
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from simtrain.spec.scenario import Scenario
@@ -136,7 +138,7 @@ def _grouped(o: Op, experts: int) -> Op:
         shape = (m, n, k / experts)       # wgrad: k x n x rows
     else:
         shape = (m / experts, n, k)
-    return Op(o.name, o.kind, o.phase, o.flops, o.bytes, shape, o.model_flops)
+    return replace(o, shape=shape)
 
 
 class MoELayers(LayerDims):
@@ -172,7 +174,7 @@ class MoELayers(LayerDims):
         n2b = self.nongemm(norm, f"{norm}2.bwd", seq_e, "B")
         tk = self.moe_tokens(shares, ep_rank)
         Tl, E, k = tk["Tl"], moe.num_experts, moe.top_k
-        router, router_b, router_w = self.gemm_fbw("router", Tl, E, h)
+        router, router_b, router_w = self.gemm_fbw("router", Tl, E, h, te=False)
         topk = self.mem("router_topk", 3 * 4 * Tl * E)              # fp32 logits: softmax, top-k, write probs
         topkb = self.mem("router_topk.bwd", 2 * 4 * Tl * E, "B")
         perm = self.mem("permute", 2 * act_b * tk["send"] * h)
@@ -220,7 +222,7 @@ class MoELayers(LayerDims):
         if moe.shared_expert_ffn_hidden_size:
             sh_f, sh_b = self.ffn(T, moe.shared_expert_ffn_hidden_size / t, "shared.")
             if moe.shared_expert_gate:
-                g = self.gemm_fbw("shared.gate", T, 1, h)
+                g = self.gemm_fbw("shared.gate", T, 1, h, te=False)
                 sh_f, sh_b = sh_f + (g[0],), (g[1], g[2]) + sh_b
             msg = act_b * T * h
             sf = [self.tp_comm(True, 2, msg), sh_f, self.tp_comm(True, 3, msg)]

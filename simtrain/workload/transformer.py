@@ -9,6 +9,7 @@ and activation counts come from `memory`, the projector from `encoder`.
 """
 from __future__ import annotations
 
+from simtrain.workload import fp8
 from simtrain.workload.attention import Attention
 from simtrain.workload.encoder import EncoderProjector
 from simtrain.workload.ir import ACT_BYTES, Comm, LayerProgram, as_recompute, join_segments, with_split
@@ -38,6 +39,15 @@ class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
             mlp_f, mlp_b = self.moe_block(shares, ep_rank)
         else:
             mlp_f, mlp_b = self.mlp_block(self.f)
+        if self.fp8:
+            # Transformer Engine's quantize kernels before each FP8 GEMM (`fp8`)
+            # (under sequence parallelism, gathered inputs quantized on their shards and gathered
+            # in FP8; MLA's projections share one gathered input and keep the plain rule)
+            q = (self.fp8_recipe, self.sc.num_microbatches)
+            sp = self.tp if self.sp else 1
+            qa = q + (sp if self.mla is None else 1,)
+            attn_f, attn_b = fp8.with_casts(attn_f, *qa), fp8.with_casts(attn_b, *qa)
+            mlp_f, mlp_b = fp8.with_casts(mlp_f, *q, sp), fp8.with_casts(mlp_b, *q, sp)
         fwd_items = join_segments(attn_f + mlp_f)
         bwd_items = join_segments(mlp_b + attn_b)
         if rc == "full":
@@ -107,7 +117,7 @@ class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
         kind = "layernorm" if self.gpt else "rmsnorm"
         norm = self.nongemm(kind, "final_norm", seq_e)
         normb = self.nongemm(kind, "final_norm.bwd", seq_e, "B")
-        lm, lm_b, lm_w = self.gemm_fbw("lm_head", T, V / t, h)
+        lm, lm_b, lm_w = self.gemm_fbw("lm_head", T, V / t, h, te=False)
         ce = self.nongemm("cross_entropy", "cross_entropy", T * V / t)      # over this rank's vocabulary shard
         ceb = self.nongemm("cross_entropy", "cross_entropy.bwd", T * V / t, "B")
         msg = ACT_BYTES * T * h

@@ -1,0 +1,192 @@
+"""FP8 training as Transformer Engine runs it: which GEMMs run in FP8, and the quantize kernels a
+scaling recipe adds around them.
+
+With `training.precision: fp8`, the GEMMs of Transformer Engine's linear modules (QKV, the
+attention output projection, fc1 / gate-up, fc2, the experts' grouped GEMMs, MLA's projections,
+the vision encoder's blocks) read FP8 operands and write 16-bit outputs; the rest stays 16-bit:
+the LM head and the MoE router (Megatron-core builds them outside TE), the attention core
+(without `--fp8-dot-product-attention`), the norms and the elementwise kernels.
+
+Every FP8 GEMM needs its operands quantized from 16 bits. Per GEMM of a TE linear layer
+(x: m x k input, W: n x k weight, dY: m x n output gradient):
+
+  forward   x quantized into both layouts (rowwise for this GEMM, columnwise for the weight
+            gradient): one cast-transpose kernel, read 2 bytes, write 1 + 1 per element. A
+            LayerNorm/RMSNorm fused with its linear (TE's LayerNormLinear: Megatron's QKV and
+            fc1 of a dense layer) writes the FP8 rows itself under delayed scaling, and only the
+            transpose is added (read 1, write 1).
+            W quantized the same way once per step: Megatron-core marks the first microbatch of a
+            step (`set_is_first_microbatch` in its pipeline schedules) and TE caches the FP8
+            weight for the others; simtrain spreads that one cast over the step's microbatches.
+  backward  dY quantized into both layouts before the input-gradient GEMM (cast-transpose, read
+            2, write 1 + 1); the weight-gradient GEMM reads the columnwise copies made before.
+
+Recipes (TE's `transformer_engine.common.recipe` classes; Megatron-LM `--fp8-recipe`):
+  delayed    DelayedScaling: the scale comes from an amax history, the amax of this cast is a
+             by-product of the cast kernel (no extra pass)
+  current    Float8CurrentScaling: the scale comes from this tensor's own amax, so an amax
+             kernel reads the tensor (2 bytes per element) before the cast, and no norm writes
+             FP8 itself (TE's `nvte_compute_amax`, then the cast)
+  blockwise  Float8BlockScaling (DeepSeek-V3's 1 x 128 / 128 x 128 tiles): one kernel quantizes
+             both layouts with an fp32 scale per 128 values in each (2 + 2 x (1 + 4/128) bytes)
+  mxfp8      MXFP8BlockScaling (Blackwell only): 32-element blocks with one-byte E8M0 scales,
+             both layouts (2 + 2 x (1 + 1/32) bytes)
+Not counted: the amax all-reduce of delayed scaling (a few kilobytes per microbatch over the
+amax-reduction group), the norm's narrower FP8 write under delayed scaling (1 byte per element
+less than simtrain's 16-bit norm), and that TE gathers sequence-parallel inputs in FP8 (the
+tensor-parallel collectives keep their 16-bit sizes): each leaves FP8 steps slightly pessimistic.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from simtrain.spec.scenario import FP8_RECIPES as RECIPES  # noqa: F401  (TE's DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling)
+from simtrain.workload.ir import ACT_BYTES, Comm, Op, Ring
+
+BLACKWELL_ONLY = ("mxfp8",)
+
+# recipe -> kernels of one quantize of a 16-bit tensor into both FP8 layouts:
+# ((step, kernel class, bytes per element), ...)
+_Q = 1.0                  # FP8 bytes per element, per layout
+QUANTIZE: dict = {
+    "delayed": (("cast_transpose", "elementwise", ACT_BYTES + 2 * _Q),),
+    "current": (("amax", "elementwise", ACT_BYTES), ("cast_transpose", "elementwise", ACT_BYTES + 2 * _Q)),
+    "blockwise": (("quantize", "elementwise", ACT_BYTES + 2 * (_Q + 4 / 128)),),
+    "mxfp8": (("quantize", "elementwise", ACT_BYTES + 2 * (_Q + 1 / 32)),),
+}
+# the per-tensor recipes into the rowwise layout alone (a shard quantized before its all-gather)
+ROWWISE: dict = {
+    "delayed": (("cast", "elementwise", ACT_BYTES + _Q),),
+    "current": (("amax", "elementwise", ACT_BYTES), ("cast", "elementwise", ACT_BYTES + _Q)),
+}
+# the columnwise copy made from FP8 rows (a gathered tensor, or a norm's FP8 output): read 1, write 1
+TRANSPOSE = (("transpose", "elementwise", 2 * _Q),)
+BLOCK = ("blockwise", "mxfp8")
+TORCHAO = ("torchao_tensorwise", "torchao_rowwise")
+# torchao float8: each operand cast for each GEMM that reads it, from the 16-bit tensor autograd
+# kept: its amax (read 2), then the cast into the one layout that GEMM needs (read 2, write 1)
+TORCHAO_CAST = (("amax", "elementwise", ACT_BYTES), ("cast", "elementwise", ACT_BYTES + _Q))
+
+NORM_FED = ("qkv", "fc1", "fc1_gate_up")
+"""GEMMs Megatron-core builds as TE LayerNormLinear (a dense layer's QKV and fc1); MLA's and the
+experts' linears take a separate norm's (or the dispatch's) output."""
+GATHERED_INPUT = ("qkv", "fc1", "fc1_gate_up", "shared.fc1", "shared.fc1_gate_up")
+"""Column-parallel GEMMs whose input a sequence-parallel all-gather brings (MLA's projections
+excepted: their gathered input feeds several linears)."""
+GATHERED_GRAD = ("attn_out", "fc2", "shared.fc2")
+"""Row-parallel GEMMs whose output gradient a sequence-parallel all-gather brings."""
+GATHERS = ("tp_all_gather0", "tp_all_gather2", "tp_all_gather1", "tp_all_gather3",
+           "ub_qkv_ag", "ub_fc1_ag", "ub_proj_dgrad_ag", "ub_fc2_dgrad_ag",
+           "atp_qkv_ag", "atp_fc1_ag", "atp_proj_dgrad_ag", "atp_fc2_dgrad_ag")
+"""The tensor-parallel all-gathers (plain or overlapped) of those inputs and output gradients."""
+
+
+def gather_factor(recipe: str) -> float:
+    """Bytes an FP8 all-gather of a sequence-parallel tensor moves per byte of the 16-bit one: the
+    per-tensor recipes gather the FP8 rows (1 of 2 bytes); the block recipes both layouts with
+    their scales (their columnwise blocks cannot be made from the gathered rows)."""
+    if recipe in TORCHAO:
+        return 1.0           # simtrain keeps torchao's tensor-parallel gathers 16-bit
+    return (2 * stored_bytes(recipe) if recipe in BLOCK else _Q) / ACT_BYTES
+
+
+def stored_bytes(recipe: str) -> float:
+    """Bytes per element of a linear layer's input kept for the weight gradient: TE's FP8
+    columnwise copy with its scales; torchao's 16-bit input."""
+    if recipe in TORCHAO:
+        return ACT_BYTES
+    return {"blockwise": _Q + 4 / 128, "mxfp8": _Q + 1 / 32}.get(recipe, _Q)
+
+
+def gemm_bytes(m: float, n: float, k: float) -> float:
+    """HBM bytes of an FP8 GEMM: FP8 operands, 16-bit output."""
+    return _Q * (m * k + k * n) + ACT_BYTES * m * n
+
+
+def quantize_ops(recipe: str, name: str, elements: float, phase: str, norm_fused: bool = False,
+                 shards: int = 1) -> tuple:
+    """The kernels quantizing a 16-bit tensor of `elements` elements into both FP8 layouts, one Op
+    per launch (named `name/step`). `norm_fused`: the rows come FP8 out of the norm (delayed
+    scaling only). `shards` > 1: each rank quantizes its 1/shards of the tensor before an
+    all-gather in FP8; the per-tensor recipes then transpose the gathered rows."""
+    fused = norm_fused and recipe == "delayed"
+    if recipe in BLOCK:
+        chain = ((QUANTIZE[recipe], elements / shards),)
+    elif shards > 1:
+        chain = (((), 0.0) if fused else (ROWWISE[recipe], elements / shards)), (TRANSPOSE, elements)
+    else:
+        chain = ((TRANSPOSE if fused else QUANTIZE[recipe], elements),)
+    return tuple(Op(f"{name}/{step}", "memory", phase, 0.0, per * n, (cls,))
+                 for kernels_, n in chain for step, cls, per in kernels_)
+
+
+def casts_for(op: Op, recipe: str, microbatches: int, rows: float | None = None, tp_sp: int = 1) -> tuple:
+    """The quantize kernels an FP8 GEMM needs before it runs (see the module docstring):
+    forward GEMMs their input and 1/`microbatches` of their weight's cast, input-gradient GEMMs
+    the output gradient; weight-gradient GEMMs nothing. `rows`: the whole GEMM's m where `op` is
+    one piece of it. `tp_sp`: the tensor-parallel size under sequence parallelism (a gathered
+    input or output gradient is quantized on its shard)."""
+    if op.kind != "gemm" or op.dtype != "fp8":
+        return ()
+    m, n, k = op.shape
+    m = m if rows is None else rows
+    base = op.name.split("/")[0]
+    if recipe in TORCHAO:
+        return torchao_casts(base, op.phase, m, n, k)
+    if op.phase == "W":
+        return ()
+    if op.phase == "F":
+        shards = tp_sp if base in GATHERED_INPUT else 1
+        return (quantize_ops(recipe, base + ".quantize_input", m * k, "F", base in NORM_FED, shards)
+                + quantize_ops(recipe, base + ".quantize_weight", n * k / microbatches, "F"))
+    shards = tp_sp if base.removesuffix(".dgrad") in GATHERED_GRAD else 1
+    return quantize_ops(recipe, base + ".quantize_grad", m * k, "B", shards=shards)
+
+
+def torchao_casts(base: str, phase: str, m: float, n: float, k: float) -> tuple:
+    """torchao float8 (`Float8Linear`): autograd keeps the 16-bit input and weight, and each GEMM
+    casts its own FP8 operands (amax, then cast; `TORCHAO_CAST`): the forward its input (m x k)
+    and weight (n x k), the input-gradient GEMM (m x k x n) the output gradient and the weight
+    again, the weight-gradient GEMM (k x n x m) the output gradient's transpose and the input
+    again. Nothing is cached across microbatches."""
+    def ops(name, elements, ph):
+        return tuple(Op(f"{name}/{step}", "memory", ph, 0.0, per * elements, (cls,)) for step, cls, per in TORCHAO_CAST)
+    if phase == "F":
+        return ops(base + ".quantize_input", m * k, "F") + ops(base + ".quantize_weight", n * k, "F")
+    if phase == "B":                       # shape (m, k_in, n_out)
+        return ops(base + ".quantize_grad", m * k, "B") + ops(base + ".quantize_weight", n * k, "B")
+    # W: shape (k_in, n_out, m)
+    return ops(base + ".quantize_grad", n * k, "W") + ops(base + ".quantize_input", m * k, "W")
+
+
+def with_casts(items: list, recipe: str, microbatches: int, tp_sp: int = 1) -> list:
+    """Layer-program items with the quantize kernels inserted before each FP8 GEMM: inside a
+    compute segment, in front of the GEMM; for a GEMM run in pieces (`Ring`), once for the whole
+    GEMM as a segment before it. Under sequence parallelism (`tp_sp` > 1) the all-gathers of the
+    FP8 GEMMs' inputs and output gradients move FP8 (`gather_factor`)."""
+    out = []
+    g = gather_factor(recipe)
+    for it in items:
+        if isinstance(it, tuple):
+            seg = []
+            for o in it:
+                seg.extend(casts_for(o, recipe, microbatches, tp_sp=tp_sp))
+                seg.append(o)
+            out.append(tuple(seg))
+        elif isinstance(it, Ring):
+            pre = tuple(c for o in it.segment for c in casts_for(o, recipe, microbatches, o.shape[0] * it.steps, tp_sp))
+            if pre:
+                out.append(pre)
+            if tp_sp > 1 and it.comm.name in GATHERS:
+                it = replace(it, comm=replace(it.comm, size_bytes=it.comm.size_bytes * g))
+            out.append(it)
+        elif isinstance(it, Comm) and tp_sp > 1 and it.kind == "tp" and it.name in GATHERS:
+            out.append(replace(it, size_bytes=it.size_bytes * g))
+        else:
+            out.append(it)
+    return out
+
+
+def bf16_gemm(op: Op) -> Op:
+    """A GEMM kept 16-bit in an FP8 run (named so the cost model does not take the FP8 rate)."""
+    return replace(op, dtype="bf16")

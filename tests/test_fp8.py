@@ -1,0 +1,227 @@
+"""FP8 training as Transformer Engine runs it (`training.precision: fp8`, `training.fp8_recipe`).
+
+Expected values are derived by hand from the byte counts of the quantize kernels (simtrain/
+workload/fp8.py's docstring): a cast-transpose reads 2 bytes and writes 1 + 1 per element; current
+scaling adds an amax read of 2; the block recipes write a scale per block in each layout (fp32 per
+128 values, or one byte per 32); a norm fused with its linear under delayed scaling leaves only the
+transpose (read 1, write 1). The weight cast is paid once per step, spread over its microbatches."""
+import pytest
+import yaml
+from conftest import node_topology
+
+from simtrain.cli.main import main
+from simtrain.cost.roofline import CalibratedRoofline
+from simtrain.hardware.devices import gemm_class, get_device
+from simtrain.spec.loading import load_scenario
+from simtrain.workload import fp8
+from simtrain.workload.build import build_workload
+from simtrain.workload.ir import Comm, Op, Ring
+from simtrain.workload.transformer import LayerBuilder
+
+H, F, S, A, G, V = 256, 512, 128, 8, 2, 1024
+D = H // A
+
+
+def scenario(tmp_path, precision="fp8", recipe=None, tp=1, device="h100-sxm5-80gb", gb=4, arch="llama", **par):
+    training = {"micro_batch_size": 1, "global_batch_size": gb, "precision": precision}
+    if recipe:
+        training["fp8_recipe"] = recipe
+    parallel = {"tp": tp, "pp": 1, "dp": 1, "sequence_parallel": tp > 1, **par}
+    doc = {"name": "fp8",
+           "model": {"architecture": arch, "num_layers": 2, "hidden_size": H, "num_attention_heads": A,
+                     "num_key_value_heads": G, "ffn_hidden_size": F, "vocab_size": V, "seq_length": S},
+           "training": training, "parallel": parallel,
+           "cluster": {"device": device, "topology": str(node_topology(tmp_path, tp)), "nodes": 1}}
+    p = tmp_path / f"fp8-{len(list(tmp_path.glob('fp8-*.yaml')))}.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def ops(items):
+    for it in items:
+        if isinstance(it, tuple):
+            yield from it
+        elif isinstance(it, Ring):
+            yield from it.segment
+
+
+def test_kernel_bytes_per_recipe():
+    """Per element of the quantized tensor: delayed 2 + 1 + 1 = 4 in one kernel; current an amax
+    read of 2, then the same cast: 6 in two kernels; blockwise 2 + 2·(1 + 4/128); mxfp8
+    2 + 2·(1 + 1/32); a norm-fed input under delayed scaling the transpose alone, 1 + 1."""
+    n = 1000.0
+    got = {r: [o.bytes / n for o in fp8.quantize_ops(r, "x", n, "F")] for r in fp8.RECIPES if r not in fp8.TORCHAO}
+    assert got == {"delayed": [4.0], "current": [2.0, 4.0], "blockwise": [2 + 2 * (1 + 4 / 128)],
+                   "mxfp8": [2 + 2 * (1 + 1 / 32)]}
+    assert [o.bytes / n for o in fp8.quantize_ops("delayed", "x", n, "F", norm_fused=True)] == [2.0]
+    # only delayed scaling lets the norm write FP8 itself: current needs the amax first
+    assert [o.bytes / n for o in fp8.quantize_ops("current", "x", n, "F", norm_fused=True)] == [2.0, 4.0]
+    # a shard of 1/4 quantized rowwise (read 2, write 1; current: amax 2 first), then the gathered
+    # rows transposed (read 1, write 1); the block recipes quantize both layouts on the shard
+    assert [o.bytes / n for o in fp8.quantize_ops("delayed", "x", n, "F", shards=4)] == [3 / 4, 2.0]
+    assert [o.bytes / n for o in fp8.quantize_ops("current", "x", n, "F", shards=4)] == [2 / 4, 3 / 4, 2.0]
+    assert [o.bytes / n for o in fp8.quantize_ops("delayed", "x", n, "F", norm_fused=True, shards=4)] == [2.0]
+    assert [o.bytes / n for o in fp8.quantize_ops("mxfp8", "x", n, "F", shards=4)] == [(2 + 2 * (1 + 1 / 32)) / 4]
+    # an all-gather in FP8: the rows (1 byte of 2), or both block-scaled layouts with their scales
+    assert (fp8.gather_factor("delayed"), fp8.gather_factor("current")) == (0.5, 0.5)
+    assert fp8.gather_factor("mxfp8") == (1 + 1 / 32) and fp8.gather_factor("blockwise") == (1 + 4 / 128)
+
+
+def test_which_gemms_run_in_fp8(tmp_path):
+    """TE's linears (QKV, output projection, gate-up, down) are FP8 with FP8 operands (1 byte) and
+    a 16-bit output: bytes m·k + k·n + 2·m·n; the LM head stays bf16 at 2·(m·k + k·n + m·n)."""
+    sc, _ = load_scenario(scenario(tmp_path))
+    st = build_workload(sc, 1)[0]
+    layer = {o.name: o for o in ops(st.layers[0].forward + st.layers[0].backward) if o.kind == "gemm"}
+    for name in ("qkv", "attn_out", "fc1_gate_up", "fc2", "qkv.dgrad", "fc2.wgrad"):
+        assert layer[name].dtype == "fp8", name
+    m, n, k = layer["fc2"].shape
+    assert (m, n, k) == (S, H, F)
+    assert layer["fc2"].bytes == m * k + k * n + 2 * m * n
+    head = [o for o in ops(st.post.forward + st.post.backward) if o.kind == "gemm"]
+    assert head and all(o.dtype == "bf16" for o in head)
+    m, n, k = head[0].shape
+    assert head[0].bytes == 2 * (m * k + k * n + m * n)
+    bf, _ = load_scenario(scenario(tmp_path, precision="bf16"))
+    assert {o.dtype for o in ops(build_workload(bf, 1)[0].layers[0].forward) if o.kind == "gemm"} == {""}
+
+
+@pytest.mark.parametrize("recipe", fp8.RECIPES[:3])
+def test_quantize_bytes_of_one_layer(tmp_path, recipe):
+    """A dense Llama layer at tp 1, T = S tokens, M = 4 microbatches, per element q bytes (4 for
+    delayed, 6 for current, 4.0625 for blockwise), n bytes for a norm-fed input (2 under delayed
+    scaling, else q):
+      forward   QKV input T·H (norm-fed), attention output T·H, gate-up input T·H (norm-fed),
+                down input T·F; weights (H·(A+2G)·D + H·H + 2F·H + H·F) / M at q
+      backward  output gradients of QKV T·(A+2G)·D, attention output T·H, gate-up T·2F, down T·H at q
+    """
+    sc, _ = load_scenario(scenario(tmp_path, recipe=recipe))
+    lp = build_workload(sc, 1)[0].layers[0]
+    q = {"delayed": 4.0, "current": 6.0, "blockwise": 2 + 2 * (1 + 4 / 128)}[recipe]
+    n = 2.0 if recipe == "delayed" else q
+    M, T, qkv_n = sc.num_microbatches, S, (A + 2 * G) * D
+    assert M == 4
+    fwd = n * T * H + q * T * H + n * T * H + q * T * F + q * (H * qkv_n + H * H + 2 * F * H + H * F) / M
+    bwd = q * (T * qkv_n + T * H + T * 2 * F + T * H)
+    cast = lambda items: sum(o.bytes for o in ops(items) if ".quantize_" in o.name)  # noqa: E731
+    assert cast(lp.forward) == pytest.approx(fwd)
+    assert cast(lp.backward) == pytest.approx(bwd)
+    assert not [o for o in ops(lp.backward_weight) if ".quantize_" in o.name]   # wgrad reads the columnwise copies
+
+
+def test_torchao_casts_every_operand_for_every_gemm(tmp_path):
+    """torchao float8 (torchtitan) keeps the 16-bit input and weight and casts each GEMM's operands
+    itself, amax (read 2) then cast (read 2, write 1): 5 bytes per element of each operand of each
+    of the three GEMMs of a linear (x: T x k, W: n x k, dY: T x n):
+      forward x and W, input gradient dY and W, weight gradient dY and x
+    = 5·(2·T·k + 2·n·k + 2·T·n) per linear, summed over QKV (n = Q, k = H), the output projection
+    (n = H, k = A·D), gate-up (n = 2F, k = H) and down (n = H, k = F), at tp 1; and it keeps
+    16-bit activations, as a bf16 run does."""
+    sc, _ = load_scenario(scenario(tmp_path, recipe="torchao_tensorwise"))
+    lp = build_workload(sc, 1)[0].layers[0]
+    T, Q = S, (A + 2 * G) * D
+    want = sum(5 * (2 * T * k + 2 * n * k + 2 * T * n) for n, k in ((Q, H), (H, A * D), (2 * F, H), (H, F)))
+    got = sum(o.bytes for o in ops(lp.forward + lp.backward) if ".quantize_" in o.name)
+    assert got == pytest.approx(want)
+    w = sum(o.bytes for o in ops(lp.backward_weight) if ".quantize_" in o.name)
+    assert w == pytest.approx(sum(5 * (T * k + T * n) for n, k in ((Q, H), (H, A * D), (2 * F, H), (H, F))))
+    bf = LayerBuilder(load_scenario(scenario(tmp_path, precision="bf16"))[0]).act_per_layer("none")
+    assert LayerBuilder(sc).act_per_layer("none") == bf
+
+
+def test_sequence_parallel_inputs_are_quantized_on_their_shards(tmp_path):
+    """tp 4 with sequence parallelism, delayed scaling, T = S tokens, M = 4 microbatches. A gathered
+    input (QKV's and gate-up's, from a norm: its FP8 rows come out of the norm) or output gradient
+    (the output projection's and down's) is quantized on the rank's T/4 rows (rowwise: read 2,
+    write 1), gathered in FP8, and its gathered rows transposed (read 1, write 1 on T rows):
+      forward   QKV 2·T·H; attention output 4·T·(H/4); gate-up 2·T·H; down input 4·T·(F/4);
+                weights 4·(H·Q/4 + H·H/4 + 2F·H/4 + H·F/4) / M, Q = (A + 2G)·D
+      backward  QKV 4·T·Q/4; output projection 3·T·H/4 + 2·T·H; gate-up 4·T·2F/4; down 3·T·H/4 + 2·T·H
+    and every sequence-parallel all-gather moves T·H bytes instead of 2·T·H."""
+    sc, _ = load_scenario(scenario(tmp_path, tp=4))
+    lp = build_workload(sc, 1)[0].layers[0]
+    T, M, Q = S, 4, (A + 2 * G) * D
+    fwd = 2 * T * H + 4 * T * H / 4 + 2 * T * H + 4 * T * F / 4 + 4 * (H * Q / 4 + H * H / 4 + 2 * F * H / 4 + H * F / 4) / M
+    bwd = 4 * T * Q / 4 + (3 * T * H / 4 + 2 * T * H) + 4 * T * 2 * F / 4 + (3 * T * H / 4 + 2 * T * H)
+    cast = lambda items: sum(o.bytes for o in ops(items) if ".quantize_" in o.name)  # noqa: E731
+    assert cast(lp.forward) == pytest.approx(fwd)
+    assert cast(lp.backward) == pytest.approx(bwd)
+    gathers = {c.name: c.size_bytes for c in lp.forward + lp.backward if isinstance(c, Comm) and c.collective == "all_gather"}
+    assert gathers == {n: T * H for n in ("tp_all_gather0", "tp_all_gather1", "tp_all_gather2", "tp_all_gather3")}
+    bf, _ = load_scenario(scenario(tmp_path, tp=4, precision="bf16"))
+    lb = build_workload(bf, 1)[0].layers[0]
+    assert {c.size_bytes for c in lb.forward + lb.backward if isinstance(c, Comm) and c.collective == "all_gather"} == {2 * T * H}
+
+
+def test_pieces_of_an_overlapped_gemm_are_quantized_once(tmp_path):
+    """With async TP the GEMMs run in tp pieces; the quantize kernels come once, for the whole
+    GEMM, in a segment before its Ring: the same bytes as without the overlap."""
+    plain, _ = load_scenario(scenario(tmp_path, tp=4))
+    atp, _ = load_scenario(scenario(tmp_path, tp=4, tp_comm_overlap="async_tp"))
+    cast = lambda sc: sum(o.bytes for o in ops(build_workload(sc, 1)[0].layers[0].forward)  # noqa: E731
+                          if ".quantize_" in o.name)
+    assert cast(atp) == pytest.approx(cast(plain)) and cast(plain) > 0
+    lp = build_workload(atp, 1)[0].layers[0]
+    for i, it in enumerate(lp.forward):
+        if isinstance(it, Ring) and it.comm.name == "atp_qkv_ag":
+            before = lp.forward[i - 1]
+            # the segment before the ring: the norm, then the two quantize kernels of QKV
+            assert isinstance(before, tuple) and [o.name for o in before[-2:]] == [
+                "qkv.quantize_input/transpose", "qkv.quantize_weight/cast_transpose"]
+            break
+    else:
+        raise AssertionError("no atp_qkv_ag ring")
+
+
+def test_cost_model_takes_each_gemms_own_rate():
+    """In an FP8 run, an FP8 GEMM runs at the FP8 peak times its FP8 curve's efficiency, a bf16
+    one at the bf16 peak times the 16-bit curve's; the ratio of their times for the same
+    compute-bound shape is the ratio of those products."""
+    dev = get_device("h100-sxm5-80gb")
+    c = CalibratedRoofline(dev, "fp8")
+    shape = (8192.0, 8192.0, 8192.0)
+    fl = 2 * 8192.0 ** 3
+    t8 = c.device_time(Op("g", "gemm", "F", fl, fp8.gemm_bytes(*shape), shape, fl, "fp8"))
+    t16 = c.device_time(Op("g", "gemm", "F", fl, 2 * 3 * 8192.0 ** 2, shape, fl, "bf16"))
+
+    def rate(dt):
+        shaped = dict(dev.gemm_shapes).get(gemm_class(dt))
+        eff = shaped.at_shape(*shape)[0] if shaped is not None else dev.gemm[gemm_class(dt)].at(8192.0)[0]
+        return dev.peak(dt) * eff
+    assert t16 / t8 == pytest.approx(rate("fp8") / rate("bf16"))
+    assert t8 < t16
+
+
+def test_activations_kept_in_fp8(tmp_path):
+    """A TE linear keeps its input for the weight gradient as the FP8 columnwise copy. Dense Llama
+    at tp 1 (Korthikanti's per-token terms, bytes per token): the QKV input 2H -> H, the attention
+    output 2·A·D -> A·D, the gate-up input 2H -> H and the down input 2F -> F: FP8 keeps
+    s·(2H + A·D + F) bytes less per layer (delayed); blockwise keeps (1 + 4/128) per value."""
+    bf = LayerBuilder(load_scenario(scenario(tmp_path, precision="bf16"))[0]).act_per_layer("none")
+    f8 = LayerBuilder(load_scenario(scenario(tmp_path))[0]).act_per_layer("none")
+    blk = LayerBuilder(load_scenario(scenario(tmp_path, recipe="blockwise"))[0]).act_per_layer("none")
+    saved = S * (2 * H + A * D + F)
+    assert bf - f8 == pytest.approx(saved)
+    assert bf - blk == pytest.approx(saved * (1 - 4 / 128))
+
+
+def test_mxfp8_needs_blackwell(tmp_path, capsys):
+    """MXFP8's block-scaled Tensor Cores exist on Blackwell only: on an H100 the scenario is refused
+    with exit code 2, naming the key and the fix; on a B200 it runs."""
+    p = scenario(tmp_path, recipe="mxfp8")
+    assert main(["run", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "training.fp8_recipe" in err and "Blackwell" in err and "Traceback" not in err
+    ok = scenario(tmp_path, recipe="mxfp8", device="b200-sxm-180gb")
+    assert main(["run", str(ok)]) == 0
+
+
+def test_current_scaling_is_slower_than_delayed(tmp_path):
+    """Current scaling reads every quantized tensor once more and cannot fuse the norm's cast:
+    the same step takes longer."""
+    from simtrain.simulate import simulate
+    t = {}
+    for key, prec, recipe in (("delayed", "fp8", "delayed"), ("current", "fp8", "current")):
+        sc, topo = load_scenario(scenario(tmp_path, precision=prec, recipe=recipe))
+        t[key] = simulate(sc, topo).result.step_time_s
+    assert t["delayed"] < t["current"]
