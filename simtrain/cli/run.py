@@ -37,7 +37,8 @@ def summary(r: StepResult, wall: float, sc: Scenario) -> str:
     step = r.step_time_s
     t = sc.training
     lines = [
-        f"simtrain {__version__} — {r.scenario}: {r.num_devices} x {r.device} ({r.precision}), "
+        f"simtrain {__version__} — {r.scenario}: {r.num_devices} x {r.device} "
+        f"({r.precision}{', ' + t.fp8_recipe + ' scaling' if r.precision == 'fp8' else ''}), "
         f"{r.num_microbatches} microbatches per step" + (", forward only" if r.forward_only else ""),
     ]
     if r.forward_only:
