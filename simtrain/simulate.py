@@ -343,6 +343,7 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
         model_stages=sched.num_stages,
         device=dev.key,
         precision=sc.training.precision,
+        fp8_recipe=sc.training.fp8_recipe if sc.training.precision == "fp8" else None,
         breakdown=Breakdown(rank=crit.ranks[0], stage=crit.stage, compute_s=ca["compute_s"], bubble_s=ca["bubble_s"],
                             exposed_comm_s={k: ca["exposed"][k] for k in KINDS}),
         stages=stages,

@@ -225,3 +225,16 @@ def test_current_scaling_is_slower_than_delayed(tmp_path):
         sc, topo = load_scenario(scenario(tmp_path, precision=prec, recipe=recipe))
         t[key] = simulate(sc, topo).result.step_time_s
     assert t["delayed"] < t["current"]
+
+
+def test_result_names_the_recipe_and_a_typo_gets_a_suggestion(tmp_path, capsys):
+    """result.json carries fp8_recipe beside precision (left out for a 16-bit run); a misspelled
+    recipe is refused with the nearest name."""
+    from simtrain.simulate import simulate
+    sc, topo = load_scenario(scenario(tmp_path, recipe="current"))
+    assert simulate(sc, topo).result.to_dict()["fp8_recipe"] == "current"
+    sc, topo = load_scenario(scenario(tmp_path, precision="bf16"))
+    assert "fp8_recipe" not in simulate(sc, topo).result.to_dict()
+    assert main(["run", str(scenario(tmp_path, recipe="delayd"))]) == 2
+    err = capsys.readouterr().err
+    assert "training.fp8_recipe" in err and "did you mean delayed?" in err

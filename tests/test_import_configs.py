@@ -663,3 +663,29 @@ def test_torchao_recipe_exports_as_te_current_scaling_with_a_warning():
     with pytest.warns(UserWarning, match="torchao_tensorwise is torchao's"):
         args = megatron.to_args(sc.resolved())
     assert args[args.index("--fp8-recipe") + 1] == "tensorwise"
+
+
+def test_fp8_format_values_and_base_precision_are_checked(tmp_path):
+    """Megatron-LM's --fp8-format takes e4m3 or hybrid; FP8 without --bf16 / --fp16 has an fp32
+    base, which simtrain does not model: both refused naming the argument."""
+    base = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 --micro-batch-size 1 "
+    (p,) = _megatron_problems(tmp_path, base + "--bf16 --fp8-format hybird", ".args", world_size=8)
+    assert p.path == "--fp8-format" and "'hybird'" in p.problem and p.fix == "use e4m3 or hybrid"
+    (p,) = _megatron_problems(tmp_path, base + "--fp8-format hybrid", ".args", world_size=8)
+    assert p.path == "--fp8-format" and "fp32" in p.problem
+
+
+def test_fp8_recipe_without_fp8_format_warns(tmp_path, capsys):
+    f = tmp_path / "t.args"
+    f.write_text(SMALL + "--fp8-recipe tensorwise")
+    msgs = _import_warnings(tmp_path, capsys, str(f), "--world-size", "8", *H100)
+    assert any("--fp8-recipe tensorwise: without --fp8-format the run is not FP8" in m for m in msgs)
+
+
+def test_llama_export_writes_no_biases_and_no_dropout():
+    """Megatron-LM's defaults have linear biases and 0.1 dropout; simtrain's llama has neither, so
+    the export says so."""
+    sc, _ = load_scenario(ROOT / "scenarios" / "llama3-8b-h200-64.yaml")
+    args = megatron.to_args(sc.resolved())
+    assert "--disable-bias-linear" in args
+    assert args[args.index("--attention-dropout") + 1] == "0.0" and args[args.index("--hidden-dropout") + 1] == "0.0"

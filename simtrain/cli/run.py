@@ -48,7 +48,8 @@ def summary(r: StepResult, wall: float, sc: Scenario) -> str:
         "",
         f"  step time          {fmt_time(step)}",
         f"  tokens/s           {r.tokens_per_s:,.0f}",
-        f"  MFU                {100 * r.mfu:.1f} %   (HFU {100 * r.hfu:.1f} %, incl. recompute)",
+        f"  MFU                {100 * r.mfu:.1f} %" + (" of the FP8 peak" if r.precision == "fp8" else "")
+        + f"   (HFU {100 * r.hfu:.1f} %, incl. recompute)",
         f"  model FLOPs/step   {r.model_flops_per_step:.3e}",
         f"  pipeline bubble    {100 * r.bubble_fraction:.1f} % of device time",
         f"  peak memory        {fmt_bytes(r.peak_memory_bytes)} of {fmt_bytes(r.usable_memory_bytes)} usable"

@@ -421,6 +421,11 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
         if fp8 is not None:
             f.take("--fp8-format")
             prec = "fp8"
+            if str(fp8) not in ("e4m3", "hybrid"):
+                f.refuse("--fp8-format", f"{fp8!r} is not a Megatron-LM FP8 format", "use e4m3 or hybrid")
+            elif not (bf16 or fp16):
+                f.refuse("--fp8-format", "FP8 without --bf16 or --fp16: the run's 16-bit parts would be fp32, "
+                         "which simtrain does not model", "add --bf16 (Megatron's FP8 recipes run with it)")
         elif bf16:
             prec = "bf16"
         elif fp16:
@@ -458,9 +463,13 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
     if recipe is not None:
         f.take("--fp8-recipe")
         if str(recipe) not in _FP8_RECIPES:
-            f.refuse("--fp8-recipe", f"recipe {recipe!r} is not modelled", f"use one of: {', '.join(_FP8_RECIPES)}")
+            f.refuse("--fp8-recipe", f"{recipe!r} is not a recipe simtrain models (Megatron-LM's: "
+                     f"{', '.join(_FP8_RECIPES)}, custom)", f"use one of: {', '.join(_FP8_RECIPES)}")
         elif prec == "fp8":
             training["fp8_recipe"] = _FP8_RECIPES[str(recipe)]
+        else:
+            warnings.warn(f"{file}: --fp8-recipe {recipe}: without --fp8-format the run is not FP8 (Megatron-LM "
+                          f"reads the recipe only with it); simulated in {prec}", stacklevel=2)
     fusions = {key: False for flag, key in _FUSION_OFF_FLAGS.items() if _flag(f, flag)}
     if _flag(f, "--cross-entropy-loss-fusion"):
         fusions["cross_entropy"] = True
@@ -474,6 +483,10 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
             warnings.warn(f"{file}: {name}: {why}", stacklevel=2)
     if isinstance(model, dict) and model.get("architecture") in ("gpt", "llama"):
         _dropout(f, file, model["architecture"], flash)
+        if _flag(f, "--disable-bias-linear") and model["architecture"] == "gpt":
+            warnings.warn(f"{file}: --disable-bias-linear: the run's linears have no biases, but simtrain's gpt "
+                          "architecture counts them (parameters and the bias-add kernels)", stacklevel=2)
+        f.use("--disable-bias-linear")          # llama: simtrain's has none either
     f.use("--moe-grouped-gemm")               # simtrain's local experts run as grouped GEMMs
     for name, why in _REFUSED.items():
         if f.has(name) and name not in f.used and f.values[name] not in (None, False, "0"):
@@ -482,7 +495,7 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
     for n in notes:
         errs_note(file, n)
     f.warn_ignored("arguments")
-    name = opts.name or Path(file).stem
+    name = opts.name or ("megatron-args" if file == "--args" else Path(file).stem)
     return drop_none({"name": name, "model": model, "training": training, "parallel": par, "cluster": cluster})
 
 
@@ -550,6 +563,10 @@ def to_args(tree: dict[str, Any]) -> list[str]:
         add("--swiglu")
         add("--position-embedding-type", "rope")
         add("--normalization", "RMSNorm")
+        # simtrain's llama has no linear biases and no dropout; Megatron-LM's defaults have both
+        add("--disable-bias-linear")
+        add("--attention-dropout", 0.0)
+        add("--hidden-dropout", 0.0)
     if not m.get("tie_embeddings"):
         add("--untie-embeddings-and-output-weights")
     moe = m.get("moe")

@@ -250,6 +250,8 @@ class StepResult(Section):
     # True for a forward-only pass (training.forward_only: no backward, gradients or optimizer
     # step; FLOPs are the forward's); left out for a training step
     forward_only: bool | None = optional()
+    # with precision fp8, the scaling recipe (training.fp8_recipe); left out otherwise
+    fp8_recipe: str | None = optional()
     heterogeneity: Heterogeneity | None = optional()
     stragglers: Stragglers | None = optional()
     moe: MoeSection | None = optional()

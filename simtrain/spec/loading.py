@@ -911,7 +911,8 @@ def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> No
         _check_stages(p, L, training, errs, enc.pipeline_stages if enc else 0)
         if p.get("tp_comm_overlap") not in (None, "none") and (tp or 1) > 1 and not p.get("sequence_parallel"):
             errs.add("parallel.tp_comm_overlap", "overlapping tensor-parallel communication with the GEMMs needs sequence "
-                     "parallelism (Megatron-LM refuses --tp-comm-overlap without --sequence-parallel)",
+                     "parallelism (Megatron-LM refuses --tp-comm-overlap without --sequence-parallel; PyTorch's async TP "
+                     "works on sequence-sharded activations)",
                      "set sequence_parallel: true, or tp_comm_overlap: none")
         if p.get("sequence_parallel") and tp and model.get("seq_length") and model["seq_length"] % tp:
             errs.add("parallel.sequence_parallel", f"seq_length {model['seq_length']} is not divisible by tp={tp}", "use a tp dividing the sequence length or turn sequence_parallel off")

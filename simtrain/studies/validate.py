@@ -259,6 +259,8 @@ def h100_scenario(r: dict, profile: str | None = H100_PROFILE) -> dict:
                 "schedule": r.get("schedule", "1f1b"), "sequence_parallel": bool(r.get("sequence_parallel", False))}
     if r.get("vpp", 1) != 1:
         parallel["vpp"] = r["vpp"]
+    if r.get("async_tp"):
+        parallel["tp_comm_overlap"] = "async_tp"           # torchtitan's enable_async_tensor_parallel
     cluster = {"device": H100_DEVICE, "topology": H100_TOPOLOGY, "nodes": max(1, r["gpus"] // 8)}
     if profile:
         cluster["device_profile"] = profile
