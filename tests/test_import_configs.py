@@ -689,3 +689,18 @@ def test_llama_export_writes_no_biases_and_no_dropout():
     args = megatron.to_args(sc.resolved())
     assert "--disable-bias-linear" in args
     assert args[args.index("--attention-dropout") + 1] == "0.0" and args[args.index("--hidden-dropout") + 1] == "0.0"
+
+
+def test_run_on_arguments_without_a_vocabulary_takes_it_from_set(tmp_path, capsys):
+    """Megatron reads the vocabulary from the tokenizer at run time, so an argument file may not
+    state it: `simtrain run` takes it from --set model.vocab_size (before, only `import` could)."""
+    f = tmp_path / "t.args"
+    f.write_text("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --bf16 "
+                 "--micro-batch-size 1 --tokenizer-type HuggingFaceTokenizer")
+    where = ["--set", "cluster.topology=dgx-h100", "--set", "cluster.device=h100-sxm5-80gb", "--set", "cluster.nodes=1"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["run", str(f), *where]) == 2
+        assert "--set model.vocab_size=N" in capsys.readouterr().err
+        assert main(["run", str(f), *where, "--set", "model.vocab_size=32000", "--json"]) == 0
+    assert '"step_time_s"' in capsys.readouterr().out

@@ -128,7 +128,8 @@ def _override(overrides: list[str], key: str) -> str | None:
 def load_foreign(path: str, overrides: list[str]) -> tuple[Scenario, Topology] | None:
     """`simtrain run FILE` on a Megatron script or argument file, a DeepSpeed JSON or a torchtitan
     TOML: imported in memory, what the file lacks taken from `--set` (cluster.topology,
-    cluster.device, cluster.nodes, model.hf_config, model.preset, model.seq_length), then loaded as
+    cluster.device, cluster.nodes, model.hf_config, model.preset, model.seq_length, model.vocab_size),
+    then loaded as
     a scenario. None for a file of another kind (a scenario YAML; verl configs go to the RL runner)."""
     kind = detect(path)
     if kind is None:
@@ -142,6 +143,8 @@ def load_foreign(path: str, overrides: list[str]) -> tuple[Scenario, Topology] |
                    hf_config=_override(overrides, "model.hf_config"), model=_override(overrides, "model.preset"))
     seq = _override(overrides, "model.seq_length")
     opts.seq_length = int(seq) if seq and seq.isdigit() else None
+    vocab = _override(overrides, "model.vocab_size")
+    opts.vocab_size = int(vocab) if vocab and vocab.isdigit() else None
     nodes = _override(overrides, "cluster.nodes")
     if nodes and nodes.isdigit() and opts.topology:
         per = devices_per_node(opts.topology, path, Collector(path))

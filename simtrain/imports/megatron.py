@@ -351,7 +351,8 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
             f.use("--tokenizer-type", "--merge-file", "--vocab-file")
         if vocab is None:
             errs.add("--vocab-size", "the vocabulary size is not in the arguments (Megatron reads it from the tokenizer at run time)",
-                     "pass --vocab-size N to simtrain import (GPT-2's BPE: 50257; Llama 3: 128256)")
+                     "pass --vocab-size N to simtrain import, or --set model.vocab_size=N to simtrain run "
+                     "(GPT-2's BPE: 50257; Llama 3: 128256)")
         for need, v in (("--num-layers", L), ("--hidden-size", h), ("--num-attention-heads", heads), ("--seq-length", seq)):
             if v is None:
                 errs.add(need, "missing", f"add {need} to the arguments (or pass --model PRESET / --hf-config FILE)")
