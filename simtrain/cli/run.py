@@ -38,7 +38,7 @@ def summary(r: StepResult, wall: float, sc: Scenario) -> str:
     t = sc.training
     lines = [
         f"simtrain {__version__} — {r.scenario}: {r.num_devices} x {r.device} "
-        f"({r.precision}{', ' + t.fp8_recipe + ' scaling' if r.precision == 'fp8' else ''}), "
+        f"({r.precision}{', ' + r.fp8_recipe + ' scaling' if r.fp8_recipe else ''}), "
         f"{r.num_microbatches} microbatches per step" + (", forward only" if r.forward_only else ""),
     ]
     if r.forward_only:

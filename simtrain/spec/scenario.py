@@ -181,7 +181,8 @@ class TrainingSpec:
     precision: str = spec_field(("fp16", "bf16", "fp8"), "GEMM precision (the device preset needs its peak); fp8: "
                                 "Transformer Engine's linear layers in FP8, the LM head, router and attention core in bf16",
                                 default="bf16")
-    # Transformer Engine's recipe classes (Megatron-LM --fp8-recipe): how FP8 scales are found
+    # how FP8 scales are found: Transformer Engine's recipe classes (Megatron-LM --fp8-recipe) or
+    # torchao's float8 recipes (torchtitan recipe_name)
     fp8_recipe: str = spec_field(FP8_RECIPES, "with precision: fp8, the scaling recipe: Transformer Engine's delayed "
                                  "(amax history), current (this tensor's amax, one extra read), blockwise (1x128 / "
                                  "128x128 tiles), mxfp8 (32-element blocks, Blackwell only); or torchao's float8 "

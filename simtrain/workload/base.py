@@ -121,7 +121,7 @@ class LayerDims:
         """Forward, input-gradient (m x k x n) and weight-gradient (k x n x m) GEMMs. `te`: a
         Transformer Engine linear inside a transformer layer (FP8 in an FP8 run); False for the
         LM head, the router, gates and the projector, which stay 16-bit."""
-        dt = ("fp8" if te else "bf16") if self.fp8 else ""
+        dt = "fp8" if te and self.fp8 else self.half_dtype
         return (self.gemm(name, m, n, k, replicated=replicated, dtype=dt),
                 self.gemm(name + ".dgrad", m, k, n, "B", replicated, dt),
                 self.gemm(name + ".wgrad", k, n, m, "W", replicated, dt))

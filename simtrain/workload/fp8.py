@@ -1,5 +1,5 @@
-"""FP8 training as Transformer Engine runs it: which GEMMs run in FP8, and the quantize kernels a
-scaling recipe adds around them.
+"""FP8 training as Transformer Engine (or torchao, `torchao_casts`) runs it: which GEMMs run in
+FP8, and the quantize kernels a scaling recipe adds around them.
 
 With `training.precision: fp8`, the GEMMs of Transformer Engine's linear modules (QKV, the
 attention output projection, fc1 / gate-up, fc2, the experts' grouped GEMMs, MLA's projections,
@@ -43,16 +43,16 @@ from dataclasses import replace
 from simtrain.spec.scenario import FP8_RECIPES as RECIPES  # noqa: F401  (TE's DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling)
 from simtrain.workload.ir import ACT_BYTES, Comm, Op, Ring
 
-BLACKWELL_ONLY = ("mxfp8",)
-
+_Q = 1.0                  # FP8 bytes per element, per layout
+# the block recipes' scale bytes per element: an fp32 scale per 128 values (blockwise), a one-byte
+# E8M0 scale per 32 (mxfp8)
+SCALE = {"blockwise": 4 / 128, "mxfp8": 1 / 32}
 # recipe -> kernels of one quantize of a 16-bit tensor into both FP8 layouts:
 # ((step, kernel class, bytes per element), ...)
-_Q = 1.0                  # FP8 bytes per element, per layout
 QUANTIZE: dict = {
     "delayed": (("cast_transpose", "elementwise", ACT_BYTES + 2 * _Q),),
     "current": (("amax", "elementwise", ACT_BYTES), ("cast_transpose", "elementwise", ACT_BYTES + 2 * _Q)),
-    "blockwise": (("quantize", "elementwise", ACT_BYTES + 2 * (_Q + 4 / 128)),),
-    "mxfp8": (("quantize", "elementwise", ACT_BYTES + 2 * (_Q + 1 / 32)),),
+    **{r: (("quantize", "elementwise", ACT_BYTES + 2 * (_Q + s)),) for r, s in SCALE.items()},
 }
 # the per-tensor recipes into the rowwise layout alone (a shard quantized before its all-gather)
 ROWWISE: dict = {
@@ -61,11 +61,12 @@ ROWWISE: dict = {
 }
 # the columnwise copy made from FP8 rows (a gathered tensor, or a norm's FP8 output): read 1, write 1
 TRANSPOSE = (("transpose", "elementwise", 2 * _Q),)
-BLOCK = ("blockwise", "mxfp8")
+BLOCK = tuple(SCALE)
 TORCHAO = ("torchao_tensorwise", "torchao_rowwise")
 # torchao float8: each operand cast for each GEMM that reads it, from the 16-bit tensor autograd
-# kept: its amax (read 2), then the cast into the one layout that GEMM needs (read 2, write 1)
-TORCHAO_CAST = (("amax", "elementwise", ACT_BYTES), ("cast", "elementwise", ACT_BYTES + _Q))
+# kept: its amax (read 2), then the cast into the one layout that GEMM needs (read 2, write 1),
+# the same kernels as current scaling's rowwise quantize
+TORCHAO_CAST = ROWWISE["current"]
 
 NORM_FED = ("qkv", "fc1", "fc1_gate_up")
 """GEMMs Megatron-core builds as TE LayerNormLinear (a dense layer's QKV and fc1); MLA's and the
@@ -95,7 +96,7 @@ def stored_bytes(recipe: str) -> float:
     columnwise copy with its scales; torchao's 16-bit input."""
     if recipe in TORCHAO:
         return ACT_BYTES
-    return {"blockwise": _Q + 4 / 128, "mxfp8": _Q + 1 / 32}.get(recipe, _Q)
+    return _Q + SCALE.get(recipe, 0.0)
 
 
 def gemm_bytes(m: float, n: float, k: float) -> float:
@@ -111,13 +112,17 @@ def quantize_ops(recipe: str, name: str, elements: float, phase: str, norm_fused
     all-gather in FP8; the per-tensor recipes then transpose the gathered rows."""
     fused = norm_fused and recipe == "delayed"
     if recipe in BLOCK:
-        chain = ((QUANTIZE[recipe], elements / shards),)
-    elif shards > 1:
-        chain = (((), 0.0) if fused else (ROWWISE[recipe], elements / shards)), (TRANSPOSE, elements)
-    else:
-        chain = ((TRANSPOSE if fused else QUANTIZE[recipe], elements),)
-    return tuple(Op(f"{name}/{step}", "memory", phase, 0.0, per * n, (cls,))
-                 for kernels_, n in chain for step, cls, per in kernels_)
+        return _launches(name, QUANTIZE[recipe], elements / shards, phase)
+    if shards > 1:
+        rows = () if fused else _launches(name, ROWWISE[recipe], elements / shards, phase)
+        return rows + _launches(name, TRANSPOSE, elements, phase)
+    return _launches(name, TRANSPOSE if fused else QUANTIZE[recipe], elements, phase)
+
+
+def _launches(name: str, chain: tuple, elements: float, phase: str) -> tuple:
+    """One memory-bound Op per kernel of `chain` ((step, class, bytes per element), ...) on
+    `elements` elements, named `name/step`."""
+    return tuple(Op(f"{name}/{step}", "memory", phase, 0.0, per * elements, (cls,)) for step, cls, per in chain)
 
 
 def casts_for(op: Op, recipe: str, microbatches: int, rows: float | None = None, tp_sp: int = 1) -> tuple:
@@ -150,7 +155,7 @@ def torchao_casts(base: str, phase: str, m: float, n: float, k: float) -> tuple:
     again, the weight-gradient GEMM (k x n x m) the output gradient's transpose and the input
     again. Nothing is cached across microbatches."""
     def ops(name, elements, ph):
-        return tuple(Op(f"{name}/{step}", "memory", ph, 0.0, per * elements, (cls,)) for step, cls, per in TORCHAO_CAST)
+        return _launches(name, TORCHAO_CAST, elements, ph)
     if phase == "F":
         return ops(base + ".quantize_input", m * k, "F") + ops(base + ".quantize_weight", n * k, "F")
     if phase == "B":                       # shape (m, k_in, n_out)
@@ -186,7 +191,3 @@ def with_casts(items: list, recipe: str, microbatches: int, tp_sp: int = 1) -> l
             out.append(it)
     return out
 
-
-def bf16_gemm(op: Op) -> Op:
-    """A GEMM kept 16-bit in an FP8 run (named so the cost model does not take the FP8 rate)."""
-    return replace(op, dtype="bf16")
