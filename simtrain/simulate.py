@@ -268,7 +268,8 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
     net_given = network
     network = network or backend_for(sc, topo, place, dev.collectives)
     low = Lowering(sc, topo, work, classes, sched, costs, place, work_of, fuse=fuse,
-                   class_costs=class_costs, link_factor=link_factor, network=network)
+                   class_costs=class_costs, link_factor=link_factor, network=network,
+                   interference=dev.slowdown_table())
     ops = low.lower()
     tl = engine.run(ops, [c.id for c in classes], dev.slowdown_table())
     if low.post_validation:

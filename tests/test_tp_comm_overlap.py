@@ -4,8 +4,8 @@
 The layer's TP collectives become `Ring`s: ring exchange (the all-gathers into QKV and fc1, and into
 the output projection's and fc2's dgrad: tp pieces, tp - 1 one-hop transfers of one shard, no SMs
 held), pipeline (the reduce-scatters after the output projection and fc2: 4 pieces, each piece's
-output reduce-scattered, 16 SMs held) and bulk (the reduce-scatter of QKV's and fc1's input
-gradient beside their wgrad GEMM, 16 SMs held). Expected values: the closed forms derived by hand
+output reduce-scattered, 16 SMs held) and bulk (the re-gather of QKV's and fc1's input beside
+their dgrad GEMM, the reduce-scatter of that input gradient beside their wgrad GEMM, 16 SMs held). Expected values: the closed forms derived by hand
 in the docstrings below, with GEMMs at a fixed FLOP rate (conftest.FlopCost) and the A100's 108 SMs
 (NVIDIA A100 whitepaper)."""
 import pytest
@@ -56,14 +56,16 @@ def test_closed_forms_of_the_three_modes():
 def test_layer_items_and_their_pieces(tmp_path):
     """One layer: the four ring exchanges split their GEMM in tp row pieces and move one shard
     (msg / tp, msg = 2·S·H bytes) per hop; the two pipelines split theirs in 4 and reduce-scatter
-    msg / 4 per piece; the two bulks keep the wgrad GEMM whole beside the full reduce-scatter.
+    msg / 4 per piece; the four bulks keep the dgrad GEMM whole beside the full re-gather of the
+    input, and the wgrad GEMM whole beside the full reduce-scatter.
     Every piece's FLOPs add up to the GEMM it came from, so the model FLOPs do not change."""
     sc, _ = scenario(tmp_path)
     off, _ = scenario(tmp_path, tp_comm_overlap="none")
     lp = build_workload(sc, 1)[0].layers[0]
     rings = {it.comm.name: it for it in lp.forward + lp.backward if isinstance(it, Ring)}
     assert sorted(rings) == sorted(["ub_qkv_ag", "ub_proj_rs", "ub_fc1_ag", "ub_fc2_rs",
-                                    "ub_proj_dgrad_ag", "ub_qkv_wgrad_rs", "ub_fc2_dgrad_ag", "ub_fc1_wgrad_rs"])
+                                    "ub_proj_dgrad_ag", "ub_qkv_wgrad_rs", "ub_fc2_dgrad_ag", "ub_fc1_wgrad_rs",
+                                    "ub_qkv_dgrad_ag", "ub_fc1_dgrad_ag"])
     msg = 2 * S * H
     for name in ("ub_qkv_ag", "ub_fc1_ag", "ub_proj_dgrad_ag", "ub_fc2_dgrad_ag"):
         r = rings[name]
@@ -73,9 +75,11 @@ def test_layer_items_and_their_pieces(tmp_path):
         r = rings[name]
         assert (r.mode, r.steps, r.comm.collective, r.comm.size_bytes) == ("pipeline", UB_PIPELINE_SPLITS, "reduce_scatter", msg / 4)
         assert r.share == pytest.approx(SHARE) and UB_COMM_SMS == 16
-    for name, w in (("ub_qkv_wgrad_rs", "qkv.wgrad"), ("ub_fc1_wgrad_rs", "fc1.wgrad")):
+    for name, g, coll in (("ub_qkv_wgrad_rs", "qkv.wgrad", "reduce_scatter"), ("ub_fc1_wgrad_rs", "fc1.wgrad", "reduce_scatter"),
+                          ("ub_qkv_dgrad_ag", "qkv.dgrad", "all_gather"), ("ub_fc1_dgrad_ag", "fc1.dgrad", "all_gather")):
         r = rings[name]
-        assert (r.mode, r.steps, r.segment[0].name, r.comm.size_bytes) == ("bulk", 1, w, msg)
+        assert (r.mode, r.steps, r.segment[0].name, r.comm.collective, r.comm.size_bytes) == ("bulk", 1, g, coll, msg)
+        assert r.share == pytest.approx(SHARE)
     assert not [it for it in lp.forward + lp.backward if isinstance(it, Comm) and it.kind == "tp"]
     assert model_flops_per_step(sc, build_workload(sc, 1)) == pytest.approx(model_flops_per_step(off, build_workload(off, 1)))
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from simtrain.cost.roofline import ComputeCostModel, sequence_time
+from simtrain.hardware.devices import slowdown
 from simtrain.hardware.topology import Topology
 from simtrain.network.backend import NetworkBackend, Timing
 from simtrain.network.collectives import choose
@@ -67,11 +68,13 @@ class Lowering:
                  costs: ComputeCostModel, place: Sequence[int] | None = None,
                  work_of: Callable[[int], tuple[StageWork, ...]] | None = None, fuse: bool = True,
                  class_costs: dict[int, ComputeCostModel] | None = None, link_factor: dict[int, float] | None = None,
-                 *, network: NetworkBackend):
+                 *, network: NetworkBackend, interference: dict | None = None):
         """`work_of(ep_rank)`: the workload as an expert-parallel rank sees it (uneven expert
         loads); by default every rank runs `work`. `fuse`: fold class-local collectives into
         the compute op before them (`fusable`), which halves the ops of a tensor-parallel step.
-        `network`: the step's network backend, which times every collective and transfer."""
+        `network`: the step's network backend, which times every collective and transfer.
+        `interference`: the engine's compute-under-communication table (`Device.slowdown_table`),
+        which a bulk overlap folded into one op prices in its closed form (`Ring.time`)."""
         self.sc, self.topo, self.work, self.classes, self.sched, self.costs = sc, topo, work, classes, sched, costs
         self.place = place
         self._grad_norm_s: float | None = None
@@ -79,6 +82,7 @@ class Lowering:
         self.class_costs = class_costs or {}       # class id -> cost model (stragglers, mixed devices)
         self.link_factor = link_factor or {}       # class id -> time factor of its transfers
         self.network = network
+        self.interference = interference or {}
         # folding and merging assume an op's time does not depend on what else runs
         self.fuse = (fuse and not network.contended
                      and not any(a.overlap_next for row in sched.actions for a in row))
@@ -249,14 +253,17 @@ class ClassLowering:
         own, own_raw = -1, ""             # the last compute op this call created, and its segment label
         folded = []                       # kinds of the collectives folded in this call
         for it in items:
-            if isinstance(it, Ring) and overlapped_tp(it.comm.name) and low.fusable(c, it.comm):
-                # an overlapped GEMM whose group is this class: nothing else can start or delay
-                # its transfers, so its pieces and transfers are one compute op of the Ring's
-                # closed form, its exposed part (beyond the pieces) a part of its comm kind
+            if (isinstance(it, Ring) and (overlapped_tp(it.comm.name) or it.mode == "bulk")
+                    and low.fusable(c, it.comm)):
+                # an overlapped GEMM (or a collective beside a GEMM) whose group is this class:
+                # nothing else can start or delay its transfers, so its pieces and transfers are
+                # one compute op of the Ring's closed form, its exposed part (beyond the pieces) a
+                # part of its comm kind; a plain collective slows the GEMM as the engine would
                 d, label = low.seg_time(it.segment, low.costs_of(c))
                 comm, cat, timing = low.comm_cost(c, it.comm)
                 comp = it.steps * d / it.share
-                total = it.time(d, timing.seconds * low.slowest_link((c.id,)))
+                s = 0.0 if overlapped_tp(it.comm.name) else slowdown(low.interference, "gemm", it.comm.collective)
+                total = it.time(d, timing.seconds * low.slowest_link((c.id,)), s)
                 for _ in range(it.transfers):
                     self.next_seq(comm.kind)
                 folded += [comm.kind] * it.transfers

@@ -57,7 +57,12 @@ class Attention(MLAProjections):
         rope_b = rope[1] if rope else ()
         core_f, core_b = self.attention_core(heads, qk_dim, v_dim)
         fwd = [n1, self.tp_comm(True, 0, msg), attn_core, *core_f, (out,), self.tp_comm(True, 1, msg), r1]
-        bwd = [r1b, self.tp_comm(False, 1, msg), (out_b, out_w), *core_b, rope_b + proj_b, self.tp_comm(False, 0, msg), n1b]
+        if self.mla is None and self.sp:
+            # QKV's input gathered again beside its dgrad, its dgrad reduce-scattered beside its wgrad
+            into_b = ((rope_b,) if rope_b else ()) + tuple(self.column_backward(0, qkv_b, qkv_w, msg))
+        else:
+            into_b = (rope_b + proj_b, self.tp_comm(False, 0, msg))
+        bwd = [r1b, self.tp_comm(False, 1, msg), (out_b, out_w), *core_b, *into_b, n1b]
         if self.ub == "async_tp":
             # PyTorch async TP (torchtitan): every all-gather-matmul and matmul-reduce-scatter
             # decomposed into tp pieces beside copy-engine transfers, forward and backward
@@ -71,12 +76,13 @@ class Attention(MLAProjections):
         elif self.ub:
             # TE userbuffers: the all-gathers run as ring exchanges into the QKV GEMM (MLA's
             # projections keep the plain all-gather) and the output projection's dgrad, the
-            # reduce-scatters piecewise beside the output projection and beside QKV's wgrad
+            # reduce-scatter piecewise beside the output projection
+            # (the backward's re-gather of QKV's input and its dgrad's reduce-scatter run as bulk
+            # overlaps, `column_backward`)
             if self.mla is None:
-                into, into_b = [self.ub_ring("ub_qkv_ag", qkv, msg), rope[0] if rope else ()], (
-                    rope_b + (qkv_b,), self.ub_bulk("ub_qkv_wgrad_rs", qkv_w, self.tp_comm(False, 0, msg)))
+                into = [self.ub_ring("ub_qkv_ag", qkv, msg), rope[0] if rope else ()]
             else:
-                into, into_b = [self.tp_comm(True, 0, msg), attn_core], (rope_b + proj_b, self.tp_comm(False, 0, msg))
+                into = [self.tp_comm(True, 0, msg), attn_core]
             fwd = [n1, *into, *core_f, self.ub_pipeline("ub_proj_rs", out, msg), r1]
             bwd = [r1b, self.ub_ring("ub_proj_dgrad_ag", out_b, msg), (out_w,), *core_b, *into_b, n1b]
         if not self.sp:

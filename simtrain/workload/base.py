@@ -160,6 +160,22 @@ class LayerDims:
         """Bulk overlap (TE userbuffers): collective `comm` beside the independent GEMM `g`."""
         return Ring(1, (g,), replace(comm, name=name), "bulk", self.ub_share)
 
+    def column_backward(self, i: int, dgrad: Op, wgrad: Op, msg: float) -> list:
+        """The backward of a column-parallel linear fed by sequence-parallel all-gather point i
+        (0: QKV, 2: fc1), as Megatron's linear layers and TE's LayerNormLinear run it: the forward
+        kept its input sequence-sharded, so the backward gathers it again (an asynchronous
+        all-gather of msg bytes beside the input-gradient GEMM), then reduce-scatters the input
+        gradient beside the weight-gradient GEMM, which needs the gathered input. TE userbuffers
+        run both as bulk overlaps on the SMs their kernels leave (`ub_bulk`); NCCL's run beside
+        the GEMMs, which the measured compute-under-communication slowdown prices."""
+        gather = Comm("tp", "all_gather", msg, f"tp_regather{i}")
+        scatter = self.tp_comm(False, i, msg)
+        part = "qkv" if i == 0 else "fc1"
+        if self.ub:
+            return [self.ub_bulk(f"ub_{part}_dgrad_ag", dgrad, gather),
+                    self.ub_bulk(f"ub_{part}_wgrad_rs", wgrad, scatter)]
+        return [Ring(1, (dgrad,), gather, "bulk"), Ring(1, (wgrad,), scatter, "bulk")]
+
     def ffn(self, tokens: float, width: float, prefix: str) -> tuple[tuple, tuple]:
         """(forward ops, backward ops) of one feed-forward network on `tokens` rows with `width`
         local columns: GeLU (fc1, fc2) or SwiGLU (fused gate/up, down)."""

@@ -77,9 +77,11 @@ excepted: their gathered input feeds several linears)."""
 GATHERED_GRAD = ("attn_out", "fc2", "shared.fc2")
 """Row-parallel GEMMs whose output gradient a sequence-parallel all-gather brings."""
 GATHERS = ("tp_all_gather0", "tp_all_gather2", "tp_all_gather1", "tp_all_gather3",
+           "tp_regather0", "tp_regather2", "ub_qkv_dgrad_ag", "ub_fc1_dgrad_ag",
            "ub_qkv_ag", "ub_fc1_ag", "ub_proj_dgrad_ag", "ub_fc2_dgrad_ag",
            "atp_qkv_ag", "atp_fc1_ag", "atp_proj_dgrad_ag", "atp_fc2_dgrad_ag")
-"""The tensor-parallel all-gathers (plain or overlapped) of those inputs and output gradients."""
+"""The tensor-parallel all-gathers (plain or overlapped) of those inputs and output gradients,
+the backward's re-gathers of the inputs included (TE gathers the FP8 copy it kept)."""
 
 
 def gather_factor(recipe: str) -> float:

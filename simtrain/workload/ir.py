@@ -61,7 +61,10 @@ class Ring:
     pipeline  a GEMM whose output is reduce-scattered piece by piece (TE's pipelined overlap):
               transfer i starts when piece i and transfer i-1 are done (steps transfers):
               c + (steps - 1)·max(c, x) + x
-    bulk      one collective beside an independent GEMM (TE's bulk overlap): max(c, x)
+    bulk      one collective beside an independent GEMM (TE's bulk overlap; Megatron's and TE's
+              asynchronous sequence-parallel collectives in a column-parallel linear's backward):
+              max(steps·c, x), or with a compute-under-communication slowdown s (the GEMM runs at
+              1 - s while the collective does) max(x, steps·c + s·x)
 
     `share`: the part of the device's SMs the compute keeps (TE's pipelined and bulk overlaps hold
     some SMs for their communication kernels; ring exchange moves data with copy engines and holds
@@ -80,12 +83,14 @@ class Ring:
     def transfers(self) -> int:
         return self.steps - 1 if self.mode == "ring" else self.steps
 
-    def time(self, c: float, x: float) -> float:
+    def time(self, c: float, x: float, s: float = 0.0) -> float:
         """Closed form of the chain for one piece's compute time `c` (at full share) and one
-        transfer's time `x`."""
+        transfer's time `x`; `s` (bulk only): the compute's slowdown while the collective runs.
+        Bulk with s: work W = steps·c at rate 1 - s for the collective's x, then at full rate, so
+        it ends at W / (1 - s) when that is within x, else at x + (W - (1 - s)·x) = W + s·x."""
         c = c / self.share
         if self.mode == "bulk":
-            return max(self.steps * c, x)
+            return max(x, self.steps * c + s * x)
         tail = x if self.mode == "pipeline" else 0.0
         return c + (self.steps - 1) * max(c, x) + tail
 

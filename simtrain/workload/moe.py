@@ -226,7 +226,12 @@ class MoELayers(LayerDims):
                 sh_f, sh_b = sh_f + (g[0],), (g[1], g[2]) + sh_b
             msg = act_b * T * h
             sf = [self.tp_comm(True, 2, msg), sh_f, self.tp_comm(True, 3, msg)]
-            sb = [self.tp_comm(False, 3, msg), sh_b, self.tp_comm(False, 2, msg)]
+            if self.sp and not self.ub:
+                # a column-parallel fc1 like the dense MLP's (`column_backward`)
+                *rest, fc1_b, fc1_w = sh_b
+                sb = [self.tp_comm(False, 3, msg), tuple(rest), *self.column_backward(2, fc1_b, fc1_w, msg)]
+            else:
+                sb = [self.tp_comm(False, 3, msg), sh_b, self.tp_comm(False, 2, msg)]
             fwd += [x for x in sf if x is not None]
             bwd = [bwd[0]] + [x for x in sb if x is not None] + bwd[1:]
         r2, r2b = self.residual(2, seq_e)

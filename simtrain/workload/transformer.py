@@ -91,15 +91,17 @@ class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
                    self.ub_ring("atp_fc1_dgrad_rs", fc1_b, msg), (fc1_w,), n2b]
         elif self.ub:
             # TE userbuffers: fc1's all-gather as a ring exchange, fc2's reduce-scatter piecewise;
-            # backward: fc2's dgrad fed by a ring exchange, fc1's dgrad reduce-scattered beside its wgrad
+            # backward: fc2's dgrad fed by a ring exchange, fc1's input gathered again beside its
+            # dgrad and its dgrad reduce-scattered beside its wgrad (bulk overlaps)
             fc1, *act, fc2 = core_f
             fc2_b, fc2_w, *actb, fc1_b, fc1_w = core_b
             fwd = [n2, self.ub_ring("ub_fc1_ag", fc1, msg), tuple(act), self.ub_pipeline("ub_fc2_rs", fc2, msg), r2]
-            bwd = [r2b, self.ub_ring("ub_fc2_dgrad_ag", fc2_b, msg), (fc2_w, *actb, fc1_b),
-                   self.ub_bulk("ub_fc1_wgrad_rs", fc1_w, self.tp_comm(False, 2, msg)), n2b]
+            bwd = [r2b, self.ub_ring("ub_fc2_dgrad_ag", fc2_b, msg), (fc2_w, *actb),
+                   *self.column_backward(2, fc1_b, fc1_w, msg), n2b]
         elif self.sp:
+            *rest, fc1_b, fc1_w = core_b
             fwd = [n2, self.tp_comm(True, 2, msg), core_f, self.tp_comm(True, 3, msg), r2]
-            bwd = [r2b, self.tp_comm(False, 3, msg), core_b, self.tp_comm(False, 2, msg), n2b]
+            bwd = [r2b, self.tp_comm(False, 3, msg), tuple(rest), *self.column_backward(2, fc1_b, fc1_w, msg), n2b]
         else:
             fwd = [n2 + core_f, self.tp_comm(True, 3, msg), r2]
             bwd = [r2b + core_b, self.tp_comm(False, 2, msg), n2b]
