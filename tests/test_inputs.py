@@ -166,3 +166,20 @@ def test_a_duplicate_key_names_its_own_fix_only(tmp_path, fast_topology, capsys)
     assert main(["check", str(p)]) == 2
     err = capsys.readouterr().err.strip()
     assert "duplicate key 'tp'" in err and err.endswith("remove one") and "give the path" not in err
+
+
+def test_keys_the_run_does_not_use_are_warned_of(tmp_path, fast_topology):
+    """A key the file gives that its run cannot use (Megatron-LM switches these off) is named in one
+    warning and the run goes on without it; the same defaults left unset say nothing."""
+    import warnings as w
+    p = small_scenario(tmp_path, fast_topology, parallel={"tp": 1, "pp": 1, "dp": 4})
+    with pytest.warns(UserWarning, match=r"training\.fp8_recipe mxfp8 is used only with training\.precision: fp8; this run is bf16"):
+        sc, _ = load_scenario(p, ["training.precision=bf16", "training.fp8_recipe=mxfp8"])
+    assert sc.training.precision == "bf16"
+    with pytest.warns(UserWarning, match=r"parallel\.sequence_parallel has no effect with tp 1"):
+        load_scenario(p, ["parallel.sequence_parallel=true"])
+    with pytest.warns(UserWarning, match=r"parallel\.tp_comm_overlap async_tp has no effect with tp 1"):
+        load_scenario(p, ["parallel.tp_comm_overlap=async_tp"])
+    with w.catch_warnings():
+        w.simplefilter("error")
+        load_scenario(p)

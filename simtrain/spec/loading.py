@@ -10,6 +10,7 @@ import copy
 import difflib
 import json
 import math
+import warnings
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -590,6 +591,7 @@ def build_scenario(raw: dict, path: Path, errs: Collector,
     if "reliability" in raw:
         reliability.check_section(raw, errs)     # every problem of the file reported together
     errs.raise_if_any()
+    _warn_unused(raw, training, parallel, path)
     parallel.pop("_csv_schedule", None)
     if parallel.get("vpp") is None:
         d = SCHEDULES.get(parallel.get("schedule"))
@@ -886,6 +888,24 @@ def _check_recompute(training: dict | None, errs: Collector) -> None:
         if training.get(key, default) != default:
             errs.add(f"training.{key}", f"applies to recompute: full only, got recompute: {training.get('recompute', 'none')}",
                      f"set training.recompute: full, or remove training.{key}")
+
+
+def _warn_unused(raw: dict, training: dict | None, parallel: dict | None, path: Path) -> None:
+    """Warns of keys the file sets that the run it describes does not use, as Megatron-LM switches
+    them off: an FP8 recipe on a 16-bit run, sequence parallelism and tensor-parallel overlap
+    without tensor parallelism. Only keys the file (or an override) gives are named."""
+    given_t = raw.get("training") if isinstance(raw.get("training"), dict) else {}
+    given_p = raw.get("parallel") if isinstance(raw.get("parallel"), dict) else {}
+    if training and "fp8_recipe" in given_t and training.get("precision") != "fp8":
+        warnings.warn(f"{path}: training.fp8_recipe {training['fp8_recipe']} is used only with training.precision: fp8; "
+                      f"this run is {training.get('precision')}, so no FP8 recipe applies", stacklevel=3)
+    if parallel and (parallel.get("tp") or 1) == 1:
+        if given_p.get("sequence_parallel"):
+            warnings.warn(f"{path}: parallel.sequence_parallel has no effect with tp 1 (Megatron-LM switches it off)",
+                          stacklevel=3)
+        if given_p.get("tp_comm_overlap") not in (None, "none"):
+            warnings.warn(f"{path}: parallel.tp_comm_overlap {given_p['tp_comm_overlap']} has no effect with tp 1: "
+                          "there is no tensor-parallel communication to overlap", stacklevel=3)
 
 
 def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> None:
