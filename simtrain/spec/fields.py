@@ -414,10 +414,11 @@ def parse_value(value: Any, kind: Any, path: str, errs: Collector) -> Any:
         except TypeError:       # unhashable
             bad = True
         if bad:
-            fix = f"use one of {', '.join(map(str, kind))}"
+            # the problem lists the choices; the fix names the nearest one, if any
+            fix = "use one of those"
             near = difflib.get_close_matches(value, [str(c) for c in kind], 1, 0.75) if isinstance(value, str) else []
             if near:
-                fix = f"did you mean {near[0]}? ({fix})"
+                fix = f"did you mean {near[0]}?"
             errs.add(path, f"{short(value, 60)} is not one of {', '.join(map(str, kind))}", fix)
             return None
         return value
