@@ -670,7 +670,9 @@ def test_fp8_format_values_and_base_precision_are_checked(tmp_path):
     base, which simtrain does not model: both refused naming the argument."""
     base = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 --micro-batch-size 1 "
     (p,) = _megatron_problems(tmp_path, base + "--bf16 --fp8-format hybird", ".args", world_size=8)
-    assert p.path == "--fp8-format" and "'hybird'" in p.problem and p.fix == "use e4m3 or hybrid"
+    assert p.path == "--fp8-format" and "'hybird'" in p.problem and p.fix == "did you mean hybrid?"
+    (p,) = _megatron_problems(tmp_path, base + "--bf16 --fp8-format e5m2", ".args", world_size=8)
+    assert p.fix == "use e4m3 or hybrid"          # nothing near enough to name
     (p,) = _megatron_problems(tmp_path, base + "--fp8-format hybrid", ".args", world_size=8)
     assert p.path == "--fp8-format" and "fp32" in p.problem
 

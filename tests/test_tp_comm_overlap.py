@@ -201,3 +201,15 @@ def test_async_tp_needs_no_sm_count(tmp_path):
     p.write_text(yaml.safe_dump(doc))
     sc, _ = load_scenario(p)
     assert sc.parallel.tp_comm_overlap == "async_tp"
+
+
+def test_run_header_names_the_overlap(tmp_path, capsys):
+    """The run summary's second line says which tensor-parallel overlap the step used; without one
+    it says nothing."""
+    from simtrain.cli.main import main
+    scenario(tmp_path)
+    scenario(tmp_path, tp_comm_overlap="none")
+    assert main(["run", str(tmp_path / "ub-0.yaml")]) == 0
+    assert capsys.readouterr().out.splitlines()[1].endswith(", tp overlap userbuffers")
+    assert main(["run", str(tmp_path / "ub-1.yaml")]) == 0
+    assert "tp overlap" not in capsys.readouterr().out

@@ -423,7 +423,9 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
             f.take("--fp8-format")
             prec = "fp8"
             if str(fp8) not in ("e4m3", "hybrid"):
-                f.refuse("--fp8-format", f"{fp8!r} is not a Megatron-LM FP8 format", "use e4m3 or hybrid")
+                near = difflib.get_close_matches(str(fp8), ["e4m3", "hybrid"], 1, 0.6)
+                f.refuse("--fp8-format", f"{fp8!r} is not a Megatron-LM FP8 format",
+                         f"did you mean {near[0]}?" if near else "use e4m3 or hybrid")
             elif not (bf16 or fp16):
                 f.refuse("--fp8-format", "FP8 without --bf16 or --fp16: the run's 16-bit parts would be fp32, "
                          "which simtrain does not model", "add --bf16 (Megatron's FP8 recipes run with it)")
