@@ -267,11 +267,12 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
             class_costs[c.id] = slowed[k]
     net_given = network
     network = network or backend_for(sc, topo, place, dev.collectives)
+    interference = dev.slowdown_table()     # the folded bulk overlaps and the engine price the same slowdown
     low = Lowering(sc, topo, work, classes, sched, costs, place, work_of, fuse=fuse,
                    class_costs=class_costs, link_factor=link_factor, network=network,
-                   interference=dev.slowdown_table())
+                   interference=interference)
     ops = low.lower()
-    tl = engine.run(ops, [c.id for c in classes], dev.slowdown_table())
+    tl = engine.run(ops, [c.id for c in classes], interference)
     if low.post_validation:
         # no barrier at the step boundary: steps follow each other at the longest rank span
         tl.step_time = steady_step_time(ops, tl.start, tl.end, low.validation_ops)

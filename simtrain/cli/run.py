@@ -32,13 +32,6 @@ def load(args: argparse.Namespace) -> tuple[Scenario, Topology]:
     return load_foreign(args.scenario, list(args.set or ())) or load_scenario(args.scenario, args.set or ())
 
 
-def _tp_overlap(sc: Scenario) -> str:
-    """The header's note of a tensor-parallel overlap the run uses (it needs tp > 1 and SP)."""
-    p = sc.parallel
-    on = p.tp_comm_overlap != "none" and p.tp > 1 and p.sequence_parallel
-    return f", tp overlap {p.tp_comm_overlap}" if on else ""
-
-
 def summary(r: StepResult, wall: float, sc: Scenario) -> str:
     b = r.breakdown
     step = r.step_time_s
@@ -52,7 +45,7 @@ def summary(r: StepResult, wall: float, sc: Scenario) -> str:
         lines.append("  forward only: one forward pass over the batch; no backward, gradient reduction or optimizer step")
     lines += [
         f"  sequences of {sc.model.seq_length:,} tokens, global batch {t.global_batch_size:,}, micro batch {t.micro_batch_size}"
-        + _tp_overlap(sc),
+        + (f", tp overlap {sc.parallel.tp_overlap}" if sc.parallel.tp_overlap else ""),
         "",
         f"  step time          {fmt_time(step)}",
         f"  tokens/s           {r.tokens_per_s:,.0f}",

@@ -281,6 +281,13 @@ class ParallelSpec:
         "any", "explicit placement: entry r is rank r's device (a permutation)", default=None, dump="none",
         json={"type": "array", "items": {"type": "integer", "minimum": 0}, "description": "list of device indices"})
 
+    @property
+    def tp_overlap(self) -> str | None:
+        """The tensor-parallel overlap the step runs: tp_comm_overlap where there is sequence-
+        parallel communication to overlap (tp > 1 with sequence parallelism), else None."""
+        on = self.tp > 1 and self.sequence_parallel and self.tp_comm_overlap != "none"
+        return self.tp_comm_overlap if on else None
+
 
 STRAGGLER = Section({
     "devices": Key("any", None, "device indices (or give fraction)", dump="falsy", attr="devices",

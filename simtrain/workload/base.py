@@ -74,7 +74,7 @@ class LayerDims:
         self.T = self.b * self.s // self.cp         # tokens per microbatch on this rank
         # tensor-parallel collectives overlapped with their GEMMs (needs sp; the loader checks the
         # device's SM count): the part of the SMs a pipelined or bulk overlap leaves its GEMM
-        self.ub = p.tp_comm_overlap if self.sp and p.tp_comm_overlap != "none" else None
+        self.ub = p.tp_overlap
         sms = get_device(sc.cluster.device).sms if self.ub == "userbuffers" else 0
         self.ub_share = (sms - UB_COMM_SMS) / sms if sms else 1.0
         # FP8 as Transformer Engine runs it (`fp8`): TE linears in FP8, the rest 16-bit
