@@ -23,7 +23,7 @@ from simtrain.results.trace import chrome_trace
 from simtrain.simulate import simulate
 from simtrain.spec.loading import load_scenario
 from simtrain.spec.scenario import Scenario
-from simtrain.units import fmt_bytes, fmt_time
+from simtrain.units import fmt_bytes, fmt_time, plural
 
 
 def load(args: argparse.Namespace) -> tuple[Scenario, Topology]:
@@ -39,7 +39,7 @@ def summary(r: StepResult, wall: float, sc: Scenario) -> str:
     lines = [
         f"simtrain {__version__} — {r.scenario}: {r.num_devices} x {r.device} "
         f"({r.precision}{', ' + r.fp8_recipe + ' scaling' if r.fp8_recipe else ''}), "
-        f"{r.num_microbatches} microbatches per step" + (", forward only" if r.forward_only else ""),
+        f"{plural(r.num_microbatches, 'microbatch', 'microbatches')} per step" + (", forward only" if r.forward_only else ""),
     ]
     if r.forward_only:
         lines.append("  forward only: one forward pass over the batch; no backward, gradient reduction or optimizer step")

@@ -898,14 +898,17 @@ def _warn_unused(raw: dict, training: dict | None, parallel: dict | None, path: 
     given_p = raw.get("parallel") if isinstance(raw.get("parallel"), dict) else {}
     if training and "fp8_recipe" in given_t and training.get("precision") != "fp8":
         warnings.warn(f"{path}: training.fp8_recipe {training['fp8_recipe']} is used only with training.precision: fp8; "
-                      f"this run is {training.get('precision')}, so no FP8 recipe applies", stacklevel=3)
+                      f"this run is {training.get('precision')}, so no FP8 recipe applies (set training.precision: fp8 to use it, "
+                      "or remove the recipe)", stacklevel=3)
     if parallel and (parallel.get("tp") or 1) == 1:
         if given_p.get("sequence_parallel"):
-            warnings.warn(f"{path}: parallel.sequence_parallel has no effect with tp 1 (Megatron-LM switches it off)",
+            warnings.warn(f"{path}: parallel.sequence_parallel has no effect with tp 1 (Megatron-LM switches it off); "
+                          "set parallel.tp > 1 to use it, or remove it",
                           stacklevel=3)
         if given_p.get("tp_comm_overlap") not in (None, "none"):
             warnings.warn(f"{path}: parallel.tp_comm_overlap {given_p['tp_comm_overlap']} has no effect with tp 1: "
-                          "there is no tensor-parallel communication to overlap", stacklevel=3)
+                          "there is no tensor-parallel communication to overlap; set parallel.tp > 1 to use it, or remove it",
+                          stacklevel=3)
 
 
 def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> None:
