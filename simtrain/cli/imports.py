@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     im.add_argument("--model", metavar="PRESET", help="the model as a preset (simtrain list models)")
     im.add_argument("--vocab-size", type=int, metavar="N", help="vocabulary size (Megatron reads it from the tokenizer)")
     im.add_argument("--precision", choices=("bf16", "fp16", "fp8"), help="GEMM precision where the file says auto or nothing")
-    im.add_argument("--recompute", choices=("none", "selective", "full"), help="activation recomputation (DeepSpeed: set in code)")
+    im.add_argument("--recompute", choices=("none", "selective", "full", "op"), help="activation recomputation (DeepSpeed: set in code)")
     im.add_argument("--micro-batch-size", type=int, metavar="N", help='micro batch per device (resolves "auto")')
     im.add_argument("--global-batch-size", type=int, metavar="N", help='sequences per step (resolves "auto")')
     im.add_argument("--name", help="scenario name (default: the file's stem)")

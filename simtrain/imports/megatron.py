@@ -323,6 +323,9 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
                 par["layers_per_stage"] = stages
                 if len(stages) > pp:                 # the layout sets the virtual stages per rank
                     par["schedule"], par["vpp"] = "interleaved_1f1b", len(stages) // pp
+    for flag in ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"):
+        if _flag(f, flag):
+            par[flag[2:].replace("-", "_")] = True
     first = _int(f, "--decoder-first-pipeline-num-layers")
     last = _int(f, "--decoder-last-pipeline-num-layers")
     if first is not None:
@@ -596,7 +599,13 @@ def to_args(tree: dict[str, Any]) -> list[str]:
                       "its counterpart --tp-comm-overlap (Transformer Engine userbuffers) is not written", stacklevel=2)
     vpp = p.get("vpp") or 1
     if p.get("schedule") == "interleaved_1f1b" and vpp > 1:
-        add("--num-layers-per-virtual-pipeline-stage", m["num_layers"] // (p["pp"] * vpp))
+        if p.get("account_for_embedding_in_pipeline_split") or p.get("account_for_loss_in_pipeline_split"):
+            add("--num-virtual-stages-per-pipeline-rank", vpp)      # stages are not all the same size
+        else:
+            add("--num-layers-per-virtual-pipeline-stage", m["num_layers"] // (p["pp"] * vpp))
+    for key in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+        if p.get(key):
+            add("--" + key.replace("_", "-"))
     if p.get("first_stage_layers"):
         add("--decoder-first-pipeline-num-layers", p["first_stage_layers"])
     if p.get("last_stage_layers"):
@@ -621,6 +630,10 @@ def to_args(tree: dict[str, Any]) -> list[str]:
                           "keeps FP8 activations and casts less than the scenario", stacklevel=2)
             recipe = "current"
         add("--fp8-recipe", {v: k for k, v in _FP8_RECIPES.items()}[recipe])
+    if t.get("recompute") == "op":
+        warnings.warn("training.recompute: op is torchtitan's op-level checkpointing; Megatron-LM has no such policy, "
+                      "so --recompute-granularity selective (the attention core) is written", stacklevel=2)
+        add("--recompute-granularity", "selective")
     if t.get("recompute") in ("full", "selective"):
         add("--recompute-granularity", t["recompute"])
         if t["recompute"] == "full":

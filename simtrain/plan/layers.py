@@ -1,7 +1,8 @@
 """The layer split over pipeline stages: how many language-model layers each model stage holds.
 
 Takes a Scenario and the number of model stages; returns layer counts per stage as given
-(`parallel.layers_per_stage`), from Megatron's first/last-stage counts, an even split, or in
+(`parallel.layers_per_stage`), from Megatron's first/last-stage counts, an even split (the
+embedding and loss counted as layers where Megatron-core's account_for_* flags say so), or in
 proportion to each stage's device speed (`balanced`, for mixed clusters, measured on the dense
 layer's calibrated compute time).
 """
@@ -24,7 +25,32 @@ def stage_layer_counts(sc: Scenario, num_stages: int) -> tuple:
         return (0,) * k + balanced_layers(sc, num_stages - k, k)
     if p.layers_per_stage is not None:
         return (0,) * k + tuple(p.layers_per_stage)
+    e, l = int(p.account_for_embedding_in_pipeline_split), int(p.account_for_loss_in_pipeline_split)
+    if e or l:
+        return (0,) * k + accounted_split(sc.model.num_layers, num_stages - k, e, l)
     return (0,) * k + even_split(sc.model.num_layers, num_stages - k, p.first_stage_layers, p.last_stage_layers)
+
+
+def accounted_split(layers: int, stages: int, embedding: int, loss: int) -> tuple:
+    """Megatron-core's split with account_for_embedding_in_pipeline_split (`embedding` 1) and
+    account_for_loss_in_pipeline_split (`loss` 1): the embedding and the loss count as one layer
+    each, the total splits evenly over the model stages, and the first (last) stage holds one
+    transformer layer fewer (megatron/core/transformer/transformer_block.py, the layers to build
+    per virtual stage; the loader checks that the total divides).
+
+    Worked example (Llama 3.1 405B: 126 layers, pp 8 x vpp 8 = 64 stages, both counted): 128 / 64
+    = 2 per stage, 1 on the first and 1 on the last.
+
+    >>> c = accounted_split(126, 64, 1, 1); (c[0], c[1], c[-2], c[-1], sum(c))
+    (1, 2, 2, 1, 126)
+    >>> accounted_split(31, 4, 1, 0)
+    (7, 8, 8, 8)
+    """
+    each = (layers + embedding + loss) // stages
+    counts = [each] * stages
+    counts[0] -= embedding
+    counts[-1] -= loss
+    return tuple(counts)
 
 
 def even_split(layers: int, stages: int, first: int | None = None, last: int | None = None) -> tuple:

@@ -736,7 +736,26 @@ def _check_stages(p, L, training, errs: Collector, encoder_stages: int = 0) -> N
         S -= encoder_stages
         what = f"{S} language-model stages (pp={pp} minus {encoder_stages} encoder stage{'s' if encoder_stages > 1 else ''})"
     lps, first, last = p.get("layers_per_stage"), p.get("first_stage_layers"), p.get("last_stage_layers")
-    if lps == "balanced":
+    acc = [k for k in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split") if p.get(k)]
+    if acc:
+        # Megatron-core: the embedding / loss count as a layer each in the even split
+        if lps is not None or first is not None or last is not None:
+            other = "layers_per_stage" if lps is not None else "first_stage_layers" if first is not None else "last_stage_layers"
+            errs.add(f"parallel.{acc[0]}", f"given together with parallel.{other} (Megatron-core refuses the two together)",
+                     "keep one of them")
+        n = L + len(acc)
+        if lps is not None or first is not None or last is not None:
+            pass
+        elif n % S:
+            errs.add(f"parallel.{acc[0]}", f"{L} layers plus {len(acc)} counted for the embedding / loss make {n}, which "
+                     f"does not divide into {what}", f"choose pp/vpp so that {n} divides evenly, or give parallel.layers_per_stage")
+        elif n // S < 2 and S > 1:
+            errs.add(f"parallel.{acc[0]}", f"{n} counted layers over {what} leave a stage with no transformer layer "
+                     "(simtrain's stages hold at least one)", "use fewer stages")
+        lps = "accounted"
+    if lps == "accounted":
+        pass
+    elif lps == "balanced":
         # layers in proportion to each stage's device speed (workload.balanced_layers)
         if first is not None or last is not None:
             errs.add("parallel.layers_per_stage", "balanced is given together with first_stage_layers / last_stage_layers",
@@ -890,6 +909,25 @@ def _check_recompute(training: dict | None, errs: Collector) -> None:
                      f"set training.recompute: full, or remove training.{key}")
 
 
+def _check_op_recompute(model, training, p, errs: Collector) -> None:
+    """recompute: op is torchtitan's op-level policy on its dense Llama-style layer
+    (`LayerBuilder.op_recompute`); what it would save elsewhere is not modelled."""
+    if not training or training.get("recompute") != "op":
+        return
+    fix = "use training.recompute: selective or full"
+    if model is not None and (model.get("moe") is not None or model.get("mla") is not None):
+        what = "MoE" if model.get("moe") is not None else "MLA"
+        errs.add("training.recompute", f"op (torchtitan's op-level checkpointing) is modelled for dense attention + MLP "
+                 f"layers; this model's {what} layers run grouped or latent matmuls the policy counts differently", fix)
+    if training.get("flash_attention") is False:
+        errs.add("training.recompute", "op keeps the output of torchtitan's fused attention kernel (SDPA), so it needs "
+                 "training.flash_attention: true", "set training.flash_attention: true, or " + fix[4:])
+    if p.get("tp_comm_overlap") not in (None, "none") and (p.get("tp") or 1) > 1:
+        errs.add("training.recompute", f"op with parallel.tp_comm_overlap {p['tp_comm_overlap']}: the fused "
+                 "all-gather-matmul kernels are not matmuls the policy counts; not modelled",
+                 "set parallel.tp_comm_overlap: none, or " + fix[4:])
+
+
 def _warn_unused(raw: dict, training: dict | None, parallel: dict | None, path: Path) -> None:
     """Warns of keys the file sets that the run it describes does not use, as Megatron-LM switches
     them off: an FP8 recipe on a 16-bit run, sequence parallelism and tensor-parallel overlap
@@ -914,6 +952,7 @@ def _warn_unused(raw: dict, training: dict | None, parallel: dict | None, path: 
 def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> None:
     p = parallel
     _check_recompute(training, errs)
+    _check_op_recompute(model, training, p, errs)
     if p.get("schedule") is not None and p["schedule"] not in SCHEDULES and not p.get("schedule_csv"):
         errs.add("parallel.schedule", f"unknown schedule {p['schedule']!r}", f"use one of: {', '.join(SCHEDULES)}")
     _check_placement(p, errs)

@@ -189,7 +189,10 @@ class TrainingSpec:
                                  "(torchtitan) torchao_tensorwise, torchao_rowwise (16-bit inputs kept, recast in "
                                  "the backward)", default="delayed",
                                  dump_if=lambda t: t.precision == "fp8")
-    recompute: str = spec_field(("none", "selective", "full"), "activation recomputation", default="none")
+    recompute: str = spec_field(("none", "selective", "full", "op"), "activation recomputation: selective "
+                                "(Megatron-core's recompute_modules), full (whole layers), or op (torchtitan's "
+                                "op-level selective checkpointing: every second matmul and the layer's non-matmul "
+                                "kernels re-run before its backward)", default="none")
     # Megatron-LM's --recompute-method / --recompute-num-layers (with recompute: full), per model
     # stage (each virtual chunk): uniform checkpoints groups of N layers (every layer recomputed,
     # one input kept per group), block recomputes the first N layers and keeps the rest whole
@@ -271,6 +274,15 @@ class ParallelSpec:
                                                    optional=True, dump="none", maximum=10_000)
     last_stage_layers: Optional[int] = spec_field("posint", "layers of the last stage (the rest split evenly)", default=None,
                                                   optional=True, dump="none", maximum=10_000)
+    # Megatron-core's account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split
+    # (TransformerConfig): the split counts the embedding and the loss as one layer each, so the
+    # first and the last model stage hold one transformer layer fewer
+    account_for_embedding_in_pipeline_split: bool = spec_field(
+        "bool", "the even layer split counts the embedding as a layer: the first model stage holds one layer fewer",
+        default=False, dump_if=lambda p: p.account_for_embedding_in_pipeline_split)
+    account_for_loss_in_pipeline_split: bool = spec_field(
+        "bool", "the even layer split counts the LM head and loss as a layer: the last model stage holds one layer fewer",
+        default=False, dump_if=lambda p: p.account_for_loss_in_pipeline_split)
     vpp: int = spec_field("posint", "model chunks per rank (schedules that take it: interleaved_1f1b)", default=1,
                           yaml_default=None, optional=True, derived="the schedule's default, else 1", maximum=1024)
     schedule_csv: Optional[str] = spec_field("str", "a torchtitan-format CSV schedule (in place of `schedule`)", default=None,

@@ -164,7 +164,7 @@ def parse_fixes(fixes: Sequence[str] | None, path: str) -> dict:
             elif name == "schedule":
                 ok, want = v in SCHEDULES, f"one of: {', '.join(SCHEDULES)}"
             elif name == "recompute":
-                ok, want = v in RECOMPUTE, f"one of: {', '.join(RECOMPUTE)}"
+                ok, want = v in RECOMPUTE + ("op",), f"one of: {', '.join(RECOMPUTE + ('op',))}"
             else:
                 lo = 0 if name == "zero_stage" else 1
                 ok, want = isinstance(v, int) and not isinstance(v, bool) and v >= lo, f"a whole number >= {lo}"

@@ -97,6 +97,8 @@ def build_workload(sc: Scenario, num_stages: int | None = None, ep_rank: int = 0
                 whole.append((mode, bld.act_per_layer("none")))
         fwd = max((x for _, x in whole), default=0.0)
         working = recompute_working(whole, group)
+        # op-level checkpointing rebuilds one layer at a time: what it did not keep
+        working = max([working] + [w - a for (m, w), a in zip(whole, acts) if m == "op"])
         params = sum(dense) + sum(expert)
         if s == first_lm:
             params += emb_params

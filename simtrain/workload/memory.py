@@ -126,6 +126,8 @@ class Memory(LayerDims):
             return 0.0                                   # inside a checkpointed group: nothing kept
         if recompute == "full":
             return 2 * s * b * h / seq_div
+        if recompute == "op":
+            return s * b * self.op_kept()
         mods = set(self.sc.training.recompute_modules) if recompute == "selective" else set()
         drop = 1 if self.gpt else 0
         norm_out = 0 if "layernorm" in mods else 1
@@ -179,6 +181,28 @@ class Memory(LayerDims):
             fc1_out = fc1_b * (1 if self.gpt else 2) * width
             out += rows * (xin + fc1_out + act_out + 4) + 4 * (s * b / seq_div) * moe.num_experts
         return out
+
+    def op_kept(self) -> float:
+        """Bytes per token one layer keeps under torchtitan's op-level selective checkpointing
+        (`LayerBuilder.op_recompute`): the layer's input (the checkpoint's own), the outputs of
+        the kept matmuls, 16-bit: wq (a·d/t), wv (g·d/t), w1 or GeLU's fc1 (f/t) and the down
+        projection (h: a row-parallel matmul's output is the full partial sum before its
+        reduce-scatter), the attention kernel's output (a·d/t) with its fp32 log-sum-exp (one
+        per head), and with sequence parallelism the two reduce-scatters' outputs (h/t each);
+        with FP8 also wk, wo and w3, whose scaled matmuls are kept too.
+
+        >>> from types import SimpleNamespace as N
+        >>> d = N(h=4096, tp=1, sp=False, a=32, g=8, d=128, f=14336, fp8=False)      # Llama 3 8B, no TP
+        >>> Memory.op_kept(d)        # 2·4096 + 2·(4096 + 1024 + 4096 + 14336) + 4·32 + 2·4096
+        63616.0
+        """
+        h, t, a = self.h, self.tp, self.a
+        q, kv = a * self.d, self.g * self.d
+        seq_div = t if self.sp else 1
+        rs = 2 * (2 * h / t) if self.sp else 0.0
+        # FP8: every linear is a scaled matmul and kept (wk, wo and w3 as well)
+        extra = 2 * (kv + self.f) / t + 2 * h if self.fp8 else 0.0
+        return 2 * h / seq_div + 2 * (q + kv + q + self.f) / t + 4 * a / t + 2 * h + rs + extra
 
     def act_pre(self) -> float:
         return (self.T * self.h / (self.tp if self.sp else 1)) if self.gpt else 0.0   # embedding dropout mask

@@ -12,7 +12,7 @@ from __future__ import annotations
 from simtrain.workload import fp8
 from simtrain.workload.attention import Attention
 from simtrain.workload.encoder import EncoderProjector
-from simtrain.workload.ir import ACT_BYTES, Comm, LayerProgram, as_recompute, join_segments, with_split
+from simtrain.workload.ir import ACT_BYTES, Comm, LayerProgram, Ring, as_recompute, join_segments, with_split
 from simtrain.workload.memory import Memory
 from simtrain.workload.moe import MoELayers
 
@@ -67,10 +67,61 @@ class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
             ops = tuple(as_recompute(o) for it in fwd_items if isinstance(it, tuple) for o in it
                         if o.name.split("/")[0] in names)
             recompute = ((ops,) if ops else ()) + (tuple(as_recompute(x) for x in core_f) if "core_attn" in mods else ())
+        elif rc == "op":
+            recompute = self.op_recompute(fwd_items)
         else:
             recompute = ()
         t = self.tp
         return with_split(LayerProgram(fwd_items, bwd_items, recompute), self.h, t if self.sp else 1)
+
+    def op_recompute(self, fwd_items: tuple) -> tuple:
+        """What torchtitan's op-level selective checkpointing re-runs before a layer's backward
+        (`selective_ac_option = "op"`, torchtitan/parallelisms/parallelize_llama.py at 9dec370:
+        the outputs of matmuls, of the attention kernel and of reduce-scatters are kept, except
+        every second matmul of the layer; everything else is recomputed).
+
+        torchtitan's layer runs the matmuls wq, wk, wv, wo, then w1, w3, w2 (SwiGLU) or fc1, fc2
+        (GeLU), so wk, wo and w3 are the recomputed ones; the recompute re-runs the layer's
+        forward in order until the last tensor the backward needs (the input of the down
+        projection) is back, so it covers: the norms, the K share of the fused QKV GEMM, the
+        rotary, the output projection, the first residual, the gate-up GEMM's w3 half (SwiGLU),
+        the activation, and the tensor-parallel all-gathers / all-reduces between them (their
+        outputs are not kept). The down projection and what follows it are not re-run. With
+        FP8 (torchao's float8 linears) every linear is a scaled matmul, which torchtitan's
+        current policy (torchtitan/distributed/activation_checkpoint.py: the compute-intensive
+        op list) keeps without counting it: only the non-matmul kernels are re-run."""
+        out, done = [], False
+        for it in fwd_items:
+            if done:
+                break
+            if isinstance(it, Comm):
+                if it.name.startswith("tp_") and it.collective in ("all_gather", "all_reduce"):
+                    out.append(it)
+                continue
+            if isinstance(it, Ring):
+                continue          # ring attention: the attention kernels' outputs are kept
+            seg = []
+            for o in it:
+                base = o.name.split("/")[0]
+                if o.kind == "gemm" and base.endswith("fc2"):
+                    done = True          # the down projection: the recompute stops before it
+                    break
+                if o.kind == "attention":
+                    continue             # the attention kernel's output is kept
+                if o.kind == "gemm":
+                    m, n, k = o.shape
+                    if self.fp8:
+                        continue         # float8 (torch._scaled_mm) outputs: all kept
+                    if base == "qkv":    # the K projection: g·d columns of this rank
+                        o = self.gemm("qkv", m, self.g * self.d / self.tp, k, dtype=o.dtype)
+                    elif base == "fc1_gate_up":
+                        o = self.gemm("fc1_gate_up", m, n / 2, k, dtype=o.dtype)    # w3, the up half
+                    elif base != "attn_out":
+                        continue         # kept (GeLU's fc1)
+                seg.append(as_recompute(o))
+            if seg:
+                out.append(tuple(seg))
+        return tuple(out)
 
     def mlp_block(self, width: float) -> tuple[list, list]:
         """Dense (or shared-expert) MLP of `width`, tensor-parallel: fc1 column-, fc2 row-split."""
