@@ -242,7 +242,7 @@ def test_deepspeed_other_auto_values_are_reported(tmp_path):
 # -- torchtitan -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("flavor,local,tp,recompute,prec", [
-    ("8b", 1, 1, "selective", "bf16"),      # selective_ac_option "op"
+    ("8b", 1, 1, "op", "bf16"),             # selective_ac_option "op": the op-level policy
     ("70b", 8, 8, "full", "bf16"),
     ("405b", 2, 8, "full", "fp8"),          # converters = ["float8"]; no recipe_name: torchao's tensorwise
 ])
@@ -255,8 +255,21 @@ def test_torchtitan_llama3(tmp_path, flavor, local, tp, recompute, prec):
     assert (t["parallel"]["tp"], t["parallel"]["dp"], t["parallel"]["zero_stage"]) == (tp, dp, 3)
     # torchao float8 with its default tensorwise scaling
     recipe = {"fp8_recipe": "torchao_tensorwise"} if prec == "fp8" else {}
+    # eager SwiGLU and rotary (torchtitan's model code); these files set no norm_type: torch.nn.RMSNorm, fused
     assert t["training"] == {"micro_batch_size": local, "global_batch_size": local * dp, "precision": prec,
-                             "recompute": recompute, **recipe}
+                             "recompute": recompute, **recipe,
+                             "fusions": {"norm": True, "bias_swiglu": False, "rope": False}}
+
+
+@pytest.mark.parametrize("norm_type,fused", [("rmsnorm", False), ("fused_rmsnorm", True)])
+def test_torchtitan_norm_type(tmp_path, norm_type, fused):
+    """Older torchtitan files name the norm: rmsnorm is its eager RMSNorm (torchtitan/models/norms.py
+    at 9dec370: x.float(), pow, mean, rsqrt, type_as, * weight), fused_rmsnorm its Triton kernel."""
+    f = tmp_path / "t.toml"
+    f.write_text(f'[model]\nname = "llama3"\nflavor = "8B"\nnorm_type = "{norm_type}"\n[training]\nlocal_batch_size = 1\n'
+                 'seq_len = 1024\n[activation_checkpoint]\nmode = "none"\n')
+    t = run_import(tmp_path, "torchtitan", str(f), "--world-size", "8", *H100)
+    assert t["training"]["fusions"] == {"norm": fused, "bias_swiglu": False, "rope": False}
 
 
 # -- verl -----------------------------------------------------------------------------------
@@ -338,6 +351,9 @@ BAD = [
     Bad("tt-default-ac", "torchtitan", '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\nseq_len = 1024\n',
         ".toml", "activation_checkpoint.selective_ac_option", "torchtitan's default"),
     Bad("tt-syntax", "torchtitan", "[training\n", ".toml", "", "not valid TOML"),
+    Bad("tt-layernorm", "torchtitan", '[model]\nname = "llama3"\nflavor = "8B"\nnorm_type = "layernorm"\n[training]\n'
+        'local_batch_size = 1\nseq_len = 1024\n[activation_checkpoint]\nmode = "none"\n', ".toml", "model.norm_type",
+        "not modelled"),
     Bad("tt-unknown-model", "torchtitan", '[model]\nname = "qwen3"\nflavor = "0.6B"\n[training]\nlocal_batch_size = 1\n'
         "seq_len = 1024\n[activation_checkpoint]\nmode = \"full\"\n", ".toml", "model.flavor", "no simtrain preset"),
 ]
@@ -706,3 +722,26 @@ def test_run_on_arguments_without_a_vocabulary_takes_it_from_set(tmp_path, capsy
         assert "--set model.vocab_size=N" in capsys.readouterr().err
         assert main(["run", str(f), *where, "--set", "model.vocab_size=32000", "--json"]) == 0
     assert '"step_time_s"' in capsys.readouterr().out
+
+
+def test_megatron_pipeline_split_flags_round_trip(tmp_path):
+    """--account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split (Megatron-core
+    TransformerConfig) map onto the parallel keys of the same names, and export back with the virtual
+    stages given per rank (a fixed layer count per virtual stage would not hold: the first and last
+    are one layer short). Llama 3.1 405B's 126 layers on pp 8 x vpp 8 need both."""
+    sc, _ = load_scenario(ROOT / "scenarios" / "llama3-405b-h100-16384.yaml")
+    doc = sc.resolved()
+    doc["parallel"].update({"pp": 8, "vpp": 8, "schedule": "interleaved_1f1b", "layers_per_stage": None,
+                            "first_stage_layers": None, "last_stage_layers": None})
+    args = megatron.to_args(doc)
+    assert {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"}.isdisjoint(args)
+    doc["parallel"]["account_for_embedding_in_pipeline_split"] = doc["parallel"]["account_for_loss_in_pipeline_split"] = True
+    args = megatron.to_args(doc)
+    assert {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"} <= set(args)
+    assert args[args.index("--num-virtual-stages-per-pipeline-rank") + 1] == "8"
+    assert "--num-layers-per-virtual-pipeline-stage" not in args
+    n = sc.world_size
+    t = run_import(tmp_path, "megatron", "--args", " ".join(args), "--world-size", str(n), *H100)
+    assert t["parallel"]["account_for_embedding_in_pipeline_split"] is True
+    assert t["parallel"]["account_for_loss_in_pipeline_split"] is True
+    assert t["parallel"]["vpp"] == 8

@@ -50,6 +50,19 @@ def _int(f: Fields, name: str, default: int | None, lo: int = 1) -> int | None:
     return v
 
 
+def _fusions(f: Fields) -> dict[str, bool]:
+    """The kernels torchtitan's Llama runs without torch.compile: SwiGLU as silu and mul, the
+    rotary as complex-number eager ops, the norm as `model.norm_type` says (older files:
+    rmsnorm is torchtitan's eager RMSNorm, fused_rmsnorm its Triton kernel; newer files have no
+    norm_type and build torch.nn.RMSNorm, which PyTorch runs as one fused kernel,
+    aten::_fused_rms_norm)."""
+    norm = f.take("model.norm_type")
+    if norm not in (None, "rmsnorm", "fused_rmsnorm"):
+        f.refuse("model.norm_type", f"{norm!r} is not modelled: the Llama presets normalise with RMSNorm",
+                 'use norm_type = "rmsnorm" or "fused_rmsnorm"')
+    return {"norm": norm != "rmsnorm", "bias_swiglu": False, "rope": False}
+
+
 def to_tree(file: str, cfg: dict[str, Any], opts: Options, errs: Collector, out_dir: Path) -> dict[str, Any]:
     f = Fields(file, flatten(cfg), errs)
     P = "parallelism."
@@ -148,7 +161,7 @@ def to_tree(file: str, cfg: dict[str, Any], opts: Options, errs: Collector, out_
     recompute = {"none": "none", "full": "full"}.get(str(mode))
     if mode == "selective":
         if str(opt) == "op":
-            recompute = "selective"
+            recompute = "op"        # the op-level policy (every second matmul and the non-matmul kernels re-run)
         elif str(opt) == "1":
             recompute = "full"      # every layer checkpointed whole
         else:
@@ -172,7 +185,8 @@ def to_tree(file: str, cfg: dict[str, Any], opts: Options, errs: Collector, out_
                      "pass --model PRESET or --hf-config config.json")
         else:
             model = {"preset": preset, "seq_length": seq}
-    training = {"micro_batch_size": mb, "global_batch_size": gb, "precision": prec, "recompute": recompute}
+    training = {"micro_batch_size": mb, "global_batch_size": gb, "precision": prec, "recompute": recompute,
+                "fusions": _fusions(f)}
     if prec == "fp8" and fp8_recipe:
         training["fp8_recipe"] = fp8_recipe
     if lps and pp and pp > 1:
