@@ -101,9 +101,31 @@ def test_the_scenario_is_what_a_user_writes():
 
 
 def test_a_row_the_scenario_checks_reject_is_reported_skipped_with_the_reason():
-    """The 405B row (126 layers) on pp 8 x vpp 8 = 64 model chunks: the layers do not split evenly."""
-    runs, skips = validate.evaluate_h100([by_id("mb2511-llama31-405b-1024g-fp8")])
+    """The 405B row (126 layers) on pp 8 x vpp 8 = 64 model chunks without the embedding and loss
+    counted in the split: the layers do not split evenly, and the runner says so."""
+    r = {k: v for k, v in by_id("mb2511-llama31-405b-1024g-fp8").items() if not k.startswith("account_for")}
+    runs, skips = validate.evaluate_h100([r])
     assert runs == [] and len(skips) == 1 and "rejects" in skips[0].reason and "126" in skips[0].reason
+
+
+def test_the_405b_row_counts_the_embedding_and_loss_in_its_split():
+    """Megatron-Bridge's llama31_405b_pretrain_config sets both account_for_* flags: 126 + 2 = 128
+    over 64 stages, 2 layers each and 1 on the first and last."""
+    doc = validate.h100_scenario(by_id("mb2511-llama31-405b-1024g-fp8"))
+    assert doc["parallel"]["account_for_embedding_in_pipeline_split"] is True
+    assert doc["parallel"]["account_for_loss_in_pipeline_split"] is True
+    assert doc["parallel"]["tp_comm_overlap"] == "userbuffers"
+
+
+def test_torchtitan_rows_run_its_eager_kernels_and_op_policy():
+    """Without torch.compile torchtitan 9dec370 runs RMSNorm, SwiGLU and the rotary as eager ops
+    (the source's eager_fusions) under the op-level checkpointing its 8B config names; a compiled
+    row would not take the eager kernels."""
+    eager = validate.h100_data()["sources"]["torchtitan-2024-12"]["eager_fusions"]
+    assert eager == {"norm": False, "bias_swiglu": False, "rope": False}
+    doc = validate.h100_scenario(by_id("tt24-8b-8g-fsdp"), fusions=eager)
+    assert doc["training"]["fusions"] == eager and doc["training"]["recompute"] == "op"
+    assert "fusions" not in validate.h100_scenario(by_id("tt24-8b-8g-fsdp-compile"), fusions=eager)["training"]
 
 
 @pytest.mark.slow
@@ -113,8 +135,8 @@ def test_validate_h100_command(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "h100 (development set):" in text and "mean signed error" in text and "largest count" in text
     n_skip = sum(1 for r in rows() if r.get("skip"))
-    assert f"skipped {n_skip + 1} rows:" in text          # + the 405B row the layer split rejects
-    assert len(out.read_text().splitlines()) == 1 + len(rows()) - n_skip - 1
+    assert f"skipped {n_skip} rows:" in text
+    assert len(out.read_text().splitlines()) == 1 + len(rows()) - n_skip
 
 
 def test_validate_vtrain_reports_signed_error_and_scale(capsys):

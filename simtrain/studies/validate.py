@@ -252,15 +252,20 @@ def h100_measured_s(r: dict) -> float:
     return r["global_batch"] * r["seq_length"] / (r["tokens_per_s_per_gpu"] * r["gpus"])
 
 
-def h100_scenario(r: dict, profile: str | None = H100_PROFILE) -> dict:
+def h100_scenario(r: dict, profile: str | None = H100_PROFILE, fusions: dict | None = None) -> dict:
     """The scenario document a user writes for one row: the shipped model preset at the row's
-    sequence length, the shipped H100 preset (and `profile`) on the shipped DGX H100 fabric."""
+    sequence length, the shipped H100 preset (and `profile`) on the shipped DGX H100 fabric;
+    `fusions`, the row's source's `eager_fusions` (the kernels its framework runs unfused
+    without torch.compile)."""
     parallel = {"tp": r["tp"], "pp": r["pp"], "cp": r["cp"], "dp": r["dp"], "zero_stage": r["zero_stage"],
                 "schedule": r.get("schedule", "1f1b"), "sequence_parallel": bool(r.get("sequence_parallel", False))}
     if r.get("vpp", 1) != 1:
         parallel["vpp"] = r["vpp"]
     if r.get("async_tp"):
         parallel["tp_comm_overlap"] = "async_tp"           # torchtitan's enable_async_tensor_parallel
+    for key in ("tp_comm_overlap", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+        if r.get(key):
+            parallel[key] = r[key]
     cluster = {"device": H100_DEVICE, "topology": H100_TOPOLOGY, "nodes": max(1, r["gpus"] // 8)}
     if profile:
         cluster["device_profile"] = profile
@@ -268,6 +273,8 @@ def h100_scenario(r: dict, profile: str | None = H100_PROFILE) -> dict:
                 "precision": r["precision"], "recompute": r["recompute"], "flash_attention": bool(r["flash_attention"])}
     if r.get("fp8_recipe"):
         training["fp8_recipe"] = r["fp8_recipe"]
+    if fusions and not r.get("compile"):
+        training["fusions"] = dict(fusions)     # the source's eager kernels (torch.compile off)
     return {"name": f"h100-{r['id']}", "model": {"preset": r["model"], "seq_length": r["seq_length"]},
             "training": training, "parallel": parallel, "cluster": cluster}
 
@@ -276,13 +283,15 @@ def evaluate_h100(rows: Sequence[dict] | None = None, profile: str | None = H100
                   overrides: Sequence[str] = ()) -> tuple[list[Run], list[Skipped]]:
     """Simulates every row of the H100 set (or `rows`) that the simulator can express; the
     others, and any the scenario checks reject, come back as Skipped with the reason."""
-    rows = h100_data()["rows"] if rows is None else rows
+    data = h100_data()
+    rows = data["rows"] if rows is None else rows
+    eager = {k: v.get("eager_fusions") for k, v in data["sources"].items()}
     runs, skipped = [], []
     for r in progress.track(rows, len(rows), "h100", "row"):
         if r.get("skip"):
             skipped.append(Skipped(r["id"], r["gpus"], r["skip"]))
             continue
-        raw = h100_scenario(r, profile)
+        raw = h100_scenario(r, profile, eager.get(r.get("source")))
         try:
             if overrides:
                 errs = Collector("--set")
