@@ -213,3 +213,52 @@ def test_run_header_names_the_overlap(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[1].endswith(", tp overlap userbuffers")
     assert main(["run", str(tmp_path / "ub-1.yaml")]) == 0
     assert "tp overlap" not in capsys.readouterr().out
+
+
+class HostFlopCost(FlopCost):
+    """FlopCost with a host issue cost of c per operator (the device profile's op_overhead):
+    a sequence of operators takes the host queue of their device times (`roofline.host_queue`)."""
+
+    def __init__(self, c: float):
+        super().__init__()
+        self.c = c
+
+    def device_time(self, op):
+        return op.flops / self.P
+
+    def sequence_time(self, ops):
+        from simtrain.cost.roofline import host_queue
+        return host_queue([self.device_time(o) for o in ops], self.c)
+
+
+def test_a_userbuffers_overlap_pays_the_host_cost_once():
+    """Transformer Engine launches every piece of a userbuffers overlap from one framework call, so
+    a profile's per-operator host cost c is paid once per overlapped GEMM, not once per piece:
+    4 pieces of 1 ms with c = 0.1 ms are 1 ms each plus 0.1 ms once. Ring attention (cp) issues
+    each piece from Python and keeps c per piece (1.1 ms)."""
+    from types import SimpleNamespace
+
+    from simtrain.program.lowering import Lowering
+    cost = HostFlopCost(1e-4)
+    seg = (Op("qkv/ring", "gemm", "F", 1e12, 1.0),)         # 1e12 FLOPs at 1e15 FLOP/s: 1 ms
+    fake = SimpleNamespace(seg_time=lambda s, c: (c.sequence_time(s), "qkv/ring"))
+    ub = Ring(4, seg, Comm("tp", "send_recv", 1.0, "ub_qkv_ag"))
+    piece, _, host = Lowering.ring_piece_time(fake, ub, cost)
+    assert (piece, host) == (pytest.approx(1e-3), pytest.approx(1e-4))
+    cp = Ring(4, seg, Comm("cp", "send_recv", 1.0, "cp_kv"))
+    piece, _, host = Lowering.ring_piece_time(fake, cp, cost)
+    assert (piece, host) == (pytest.approx(1.1e-3), 0.0)
+
+
+def test_userbuffers_step_with_a_host_cost(tmp_path):
+    """End to end on the small GPT: with a host cost the userbuffers step grows by less than
+    c per ring piece would make it (each of a layer's four ring exchanges has tp = 4 pieces, each
+    pipelined GEMM 4), and the folded and unfolded runs agree."""
+    sc, topo = scenario(tmp_path)
+    free, host = HostFlopCost(0.0), HostFlopCost(1e-5)
+    base = simulate(sc, topo, free).result.step_time_s
+    folded = simulate(sc, topo, host).result.step_time_s
+    unfolded = simulate(sc, topo, host, fuse=False).result.step_time_s
+    assert folded == pytest.approx(unfolded, rel=1e-9)
+    pieces = 2 * 2 * (4 * TP + 2 * UB_PIPELINE_SPLITS)     # 2 layers, forward and backward
+    assert folded - base < pieces * 1e-5

@@ -127,6 +127,18 @@ class Lowering:
             hit = self._seg_cache[key] = (sequence_time(costs, seg), label, seg)
         return hit[0], hit[1]
 
+    def ring_piece_time(self, ring: Ring, costs: ComputeCostModel) -> tuple[float, str, float]:
+        """(one piece's time, label, host issue cost paid once for the whole Ring). Transformer
+        Engine's userbuffers overlaps (`ub_` transfers) are one framework call whose C++ launches
+        every piece, so the profile's per-operator host cost is paid once, not per piece; ring
+        attention and PyTorch's async TP issue each piece from Python and pay it per piece."""
+        d, label = self.seg_time(ring.segment, costs)
+        dev = getattr(costs, "device_time", None)
+        if not ring.comm.name.startswith("ub_") or dev is None:
+            return d, label, 0.0
+        device = sum(dev(o) for o in ring.segment)
+        return device, label, d - device
+
     def fusable(self, c: RankClass, comm: Comm) -> bool:
         """A collective can be folded into the compute op before it when nothing but that op can
         start or delay it: its whole group is this class (no rendezvous with other ranks), no
@@ -259,11 +271,11 @@ class ClassLowering:
                 # nothing else can start or delay its transfers, so its pieces and transfers are
                 # one compute op of the Ring's closed form, its exposed part (beyond the pieces) a
                 # part of its comm kind; a plain collective slows the GEMM as the engine would
-                d, label = low.seg_time(it.segment, low.costs_of(c))
+                d, label, host = low.ring_piece_time(it, low.costs_of(c))
                 comm, cat, timing = low.comm_cost(c, it.comm)
-                comp = it.steps * d / it.share
+                comp = it.steps * d / it.share + host
                 s = 0.0 if overlapped_tp(it.comm.name) else slowdown(low.interference, "gemm", it.comm.collective)
-                total = it.time(d, timing.seconds * low.slowest_link((c.id,)), s)
+                total = it.time(d, timing.seconds * low.slowest_link((c.id,)), s) + host
                 for _ in range(it.transfers):
                     self.next_seq(comm.kind)
                 folded += [comm.kind] * it.transfers
@@ -345,7 +357,7 @@ class ClassLowering:
         and the pieces start together; the next item waits for both. Transfers are collectives of
         the ring's group; a piece takes its segment's time over the ring's SM share."""
         low, c = self.low, self.c
-        d, label = low.seg_time(ring.segment, low.costs_of(c))
+        d, label, host = low.ring_piece_time(ring, low.costs_of(c))
         d /= ring.share
         kind = ring.comm.kind
         start = list(deps) + ([last.id] if last is not None else [])
@@ -360,6 +372,13 @@ class ClassLowering:
 
         def transfer(xdeps: list) -> EOp:
             return low.comm_op(c, ring.comm, xdeps, a.microbatch, self.next_seq(kind), chunk=a.chunk)
+
+        if host:
+            # the framework call that launches the pieces and transfers: its host cost comes first
+            issue = low._new(c, stream="compute", kind="compute", category=category, duration=host,
+                             label=f"{tag}:{ring.mode}-issue:{label}", mb=a.microbatch, chunk=a.chunk, deps=outside,
+                             transient=transient, flops=0.0, mem_bytes=0.0)
+            start, outside = [issue.id], []
 
         if ring.mode == "bulk":
             x = transfer(list(start))
