@@ -6,7 +6,7 @@ one row per run with the signed error (predicted - measured) in GiB and in %.
 Each row is simulated as written in its data file (model preset, sequence length, tp / cp / pp
 / dp, micro and global batch, ZeRO stage, the device and topology of the file; precision fp8 with
 torchao's tensorwise recipe and full recompute unless the row says otherwise: `precision`,
-`recompute`, `fusions`);
+`recompute`, `fusions`; the file's `loss_kernel`);
 the prediction is result.json's peak_memory_bytes (the largest rank's weights + gradients +
 optimizer + buffers + simulated activation peak), without the reserve.
 """
@@ -38,7 +38,8 @@ def scenario(doc: dict, row: dict) -> dict:
         "training": {"micro_batch_size": row["mbs"], "global_batch_size": row["gbs"],
                      **({"precision": "fp8", "fp8_recipe": "torchao_tensorwise"} if row.get("precision", "fp8") == "fp8"
                         else {"precision": row["precision"]}),
-                     "recompute": row.get("recompute", "full"), **({"fusions": row["fusions"]} if "fusions" in row else {})},
+                     "recompute": row.get("recompute", "full"), **({"fusions": row["fusions"]} if "fusions" in row else {}),
+                     **({"loss_kernel": doc["loss_kernel"]} if "loss_kernel" in doc else {})},
         "parallel": {"tp": row["tp"], "cp": row["cp"], "pp": row["pp"], "dp": row["dp"], "zero_stage": row["zero"],
                      "sequence_parallel": row["tp"] > 1, "schedule": "1f1b",
                      **({k: row[k] for k in ("first_stage_layers", "last_stage_layers") if k in row})},

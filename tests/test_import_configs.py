@@ -258,7 +258,7 @@ def test_torchtitan_llama3(tmp_path, flavor, local, tp, recompute, prec):
     # eager SwiGLU and rotary (torchtitan's model code); these files set no norm_type: torch.nn.RMSNorm, fused
     assert t["training"] == {"micro_batch_size": local, "global_batch_size": local * dp, "precision": prec,
                              "recompute": recompute, **recipe,
-                             "fusions": {"norm": True, "bias_swiglu": False, "rope": False}}
+                             "fusions": {"norm": True, "bias_swiglu": False, "rope": False}, "loss_kernel": "torch"}
 
 
 @pytest.mark.parametrize("norm_type,fused", [("rmsnorm", False), ("fused_rmsnorm", True)])

@@ -147,3 +147,24 @@ def test_bf16_moments_take_four_bytes_off_the_optimizer(tmp_path, plain_topology
     assert static_memory(sc, 1e6)["optimizer"] == 12e6
     sc, _ = load_scenario(path, ["training.optimizer_moments=bf16"])
     assert static_memory(sc, 1e6)["optimizer"] == 8e6 and static_memory(sc, 1e6)["weights"] == 2e6
+
+
+def test_the_loss_backward_holds_its_buffers(tmp_path, plain_topology):
+    """The small GPT's logits: T = 128 tokens x V = 1024 (padded to 128 x 1 = 1024) on one rank.
+    Megatron's vocab-parallel cross entropy turns the kept fp32 softmax into the gradient in place:
+    2 bytes per logit more, its 16-bit copy. torch's F.cross_entropy(logits.float()) runs
+    log_softmax then nll_loss (ATen), whose backward holds the kept fp32 log-probabilities, a new
+    fp32 gradient of them (nll_loss) and log_softmax's own (4 + 4): 8 bytes per logit more. One
+    stage, one microbatch: the peak is reached in the loss's backward, so the two runs' peaks
+    differ by (8 - 2)·T·V."""
+    from simtrain.simulate import simulate
+    T, V = 128, 1024
+    assert _builder(tmp_path, plain_topology).loss_working() == 2 * T * V
+    b = _builder(tmp_path, plain_topology, training={"loss_kernel": "torch"})
+    assert b.loss_working() == 8 * T * V and b.act_post() == 4 * T * V
+    peaks = []
+    for kernel in ("megatron", "torch"):
+        path = small_scenario(tmp_path, plain_topology, parallel={"pp": 1, "dp": 4},
+                              training={"loss_kernel": kernel, "global_batch_size": 4})
+        peaks.append(simulate(*load_scenario(path)).result.peak_memory_bytes)
+    assert peaks[1] - peaks[0] == pytest.approx(6 * T * V)

@@ -271,7 +271,8 @@ def test_zero_bubble_keeps_the_weight_gradient_inputs_alive(tmp_path, fast_topol
     """ZB-H1 rank r peaks at (p - r)·M_B + r·M_W (Qi et al. Table 2): p - r microbatches with their
     full activations waiting for B, r that finished B and keep only W's inputs. M_B is the stage's
     stored activation per microbatch (Korthikanti), M_W the wgrad GEMM inputs (32sbh per layer for
-    GPT without TP). The first rank matches 1F1B's p·M_B."""
+    GPT without TP). The first rank matches 1F1B's p·M_B. The last rank's peak is in the loss's
+    backward, which holds the loss's own buffers besides (`Memory.loss_working`: 2 bytes per logit)."""
     p, m = 4, 8
     sc, r = run(tmp_path, fast_topology, "zb_h1", m)
     _, r1 = run(tmp_path, fast_topology, "1f1b", m)
@@ -280,7 +281,8 @@ def test_zero_bubble_keeps_the_weight_gradient_inputs_alive(tmp_path, fast_topol
     assert work[1].layer.weight_grad_inputs == 32 * s * b * h
     for rank, mem in enumerate(r.result.memory):
         w = work[rank]
-        assert mem.activations == pytest.approx((p - rank) * w.act_bytes + rank * w.weight_grad_bytes, rel=1e-12)
+        assert mem.activations == pytest.approx((p - rank) * w.act_bytes + rank * w.weight_grad_bytes
+                                                + w.loss_working_bytes, rel=1e-12)
     assert r.result.memory[0].activations == pytest.approx(r1.result.memory[0].activations, rel=1e-12)
 
 

@@ -186,7 +186,7 @@ def to_tree(file: str, cfg: dict[str, Any], opts: Options, errs: Collector, out_
         else:
             model = {"preset": preset, "seq_length": seq}
     training = {"micro_batch_size": mb, "global_batch_size": gb, "precision": prec, "recompute": recompute,
-                "fusions": _fusions(f)}
+                "fusions": _fusions(f), "loss_kernel": "torch"}      # its loss: F.cross_entropy on fp32 logits
     if prec == "fp8" and fp8_recipe:
         training["fp8_recipe"] = fp8_recipe
     if lps and pp and pp > 1:

@@ -447,7 +447,10 @@ class ClassLowering:
         def part(lp):
             return lp.backward_input if split else lp.backward
 
-        last = self.items(part(w.post), a.kind, a, [], transient=tr) if w.post is not None else None
+        # the loss's backward holds its own buffers (`Memory.loss_working`); a layer's working set
+        # (its recompute) comes after
+        last = (self.items(part(w.post), a.kind, a, [], transient=w.loss_working_bytes)
+                if w.post is not None else None)
         ends = []
         for l in reversed(range(w.num_layers)):
             ldeps = [last.id] if last is not None and last.stream != "compute" else []

@@ -224,6 +224,11 @@ class TrainingSpec:
     flash_attention: bool = spec_field("bool", "fused attention (needed for cp > 1)", default=True)
     fusions: FusionSpec = spec_field("map", "non-GEMM kernel fusions (norm, bias_gelu, bias_swiglu, bias_dropout_add, "
                                      "masked_softmax, rope, cross_entropy)", default_factory=FusionSpec, section=FusionSpec)
+    # which cross-entropy implementation the LM loss runs, for the memory its backward holds
+    loss_kernel: str = spec_field(("megatron", "torch"), "the LM loss: megatron (Megatron-core's vocab-parallel cross "
+                                  "entropy, in place on the fp32 logits) or torch (F.cross_entropy on logits.float(), as "
+                                  "torchtitan: its backward holds two more fp32 logit-sized buffers)", default="megatron",
+                                  dump_if=lambda t: t.loss_kernel != "megatron")
     # Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR'24) §4: step optimistically, validate after
     optimizer_post_validation: Optional[bool] = spec_field(
         "bool", "the optimizer steps without waiting for the global gradient-norm / NaN all-reduce, which "

@@ -252,11 +252,12 @@ def h100_measured_s(r: dict) -> float:
     return r["global_batch"] * r["seq_length"] / (r["tokens_per_s_per_gpu"] * r["gpus"])
 
 
-def h100_scenario(r: dict, profile: str | None = H100_PROFILE, fusions: dict | None = None) -> dict:
+def h100_scenario(r: dict, profile: str | None = H100_PROFILE, fusions: dict | None = None,
+                  loss_kernel: str | None = None) -> dict:
     """The scenario document a user writes for one row: the shipped model preset at the row's
     sequence length, the shipped H100 preset (and `profile`) on the shipped DGX H100 fabric;
     `fusions`, the row's source's `eager_fusions` (the kernels its framework runs unfused
-    without torch.compile)."""
+    without torch.compile), `loss_kernel` the source's cross-entropy implementation."""
     parallel = {"tp": r["tp"], "pp": r["pp"], "cp": r["cp"], "dp": r["dp"], "zero_stage": r["zero_stage"],
                 "schedule": r.get("schedule", "1f1b"), "sequence_parallel": bool(r.get("sequence_parallel", False))}
     if r.get("vpp", 1) != 1:
@@ -275,6 +276,8 @@ def h100_scenario(r: dict, profile: str | None = H100_PROFILE, fusions: dict | N
         training["fp8_recipe"] = r["fp8_recipe"]
     if fusions and not r.get("compile"):
         training["fusions"] = dict(fusions)     # the source's eager kernels (torch.compile off)
+    if loss_kernel:
+        training["loss_kernel"] = loss_kernel
     return {"name": f"h100-{r['id']}", "model": {"preset": r["model"], "seq_length": r["seq_length"]},
             "training": training, "parallel": parallel, "cluster": cluster}
 
@@ -286,12 +289,13 @@ def evaluate_h100(rows: Sequence[dict] | None = None, profile: str | None = H100
     data = h100_data()
     rows = data["rows"] if rows is None else rows
     eager = {k: v.get("eager_fusions") for k, v in data["sources"].items()}
+    loss = {k: v.get("loss_kernel") for k, v in data["sources"].items()}
     runs, skipped = [], []
     for r in progress.track(rows, len(rows), "h100", "row"):
         if r.get("skip"):
             skipped.append(Skipped(r["id"], r["gpus"], r["skip"]))
             continue
-        raw = h100_scenario(r, profile, eager.get(r.get("source")))
+        raw = h100_scenario(r, profile, eager.get(r.get("source")), loss.get(r.get("source")))
         try:
             if overrides:
                 errs = Collector("--set")

@@ -118,6 +118,7 @@ def build_workload(sc: Scenario, num_stages: int | None = None, ep_rank: int = 0
             params=params, layer_dense=tuple(dense), layer_expert=tuple(expert), act_layers=tuple(acts),
             act_bytes_pre=bld.act_pre() if s == first_lm else 0.0,
             act_bytes_post=bld.act_post() if s == S - 1 else 0.0,
+            loss_working_bytes=bld.loss_working() if s == S - 1 else 0.0,
             act_working_bytes=working, expert_params=sum(expert), send_bytes=send, recv_gather_bytes=gather,
             act_forward_bytes=fwd + (bld.act_post() if s == S - 1 else 0.0),
         ))

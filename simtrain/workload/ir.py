@@ -151,6 +151,7 @@ class StageWork:
     expert_params: float = 0.0    # the part of `params` that is expert weights
     send_bytes: float = 0.0       # activation (and gradient) bytes exchanged with a neighbour stage per microbatch
     recv_gather_bytes: float = 0.0   # bytes the receiver all-gathers over tp after a split pipeline message (0: not split)
+    loss_working_bytes: float = 0.0  # transient beside the kept logits while the loss's backward runs (last stage)
     act_forward_bytes: float = 0.0   # transient peak of one microbatch's forward without autograd (forward-only pass):
                                      # the largest layer's activations with nothing recomputed, plus the logits on the last stage
 

@@ -209,3 +209,14 @@ class Memory(LayerDims):
 
     def act_post(self) -> float:
         return 4.0 * self.T * self.V / self.tp      # Korthikanti §4.1: output layer + loss, 4sbv/t
+
+    def loss_working(self) -> float:
+        """Bytes the loss's backward holds beside the kept fp32 logits (4 per logit, `act_post`).
+        megatron: Megatron-core's _VocabParallelCrossEntropy turns the kept softmax into the
+        gradient in place; the cast back to the 16-bit logits' dtype adds 2 bytes per logit.
+        torch: F.cross_entropy(logits.float()) is log_softmax then nll_loss (ATen); the backward
+        holds the kept log-probabilities (fp32), nll_loss's gradient (a new fp32 tensor of the
+        logits' shape) and log_softmax's gradient (another): 8 bytes per logit more. Logits: this
+        rank's tokens x vocabulary / tp."""
+        per = 8.0 if self.sc.training.loss_kernel == "torch" else 2.0
+        return per * self.T * self.V / self.tp
