@@ -216,9 +216,9 @@ CASES = [
     Case("topology-mapping-file-not-text", "cluster.topology.file", "expected", set=(("cluster.topology", "{file: [1, 2]}"),)),
     Case("topology-mapping-bad-key", "cluster.topology.scale_up.bandwidth", "",
          set=(("cluster.topology", "{file: topo.yaml, scale_up: {bandwidth: -3}}"),)),
-    # a wrong value given with --set is the command line's, not the file's: the line names the argument
-    Case("set-value-named-by-its-argument", "parallel.tp", "--set parallel.tp=3: parallel.tp:", argv=("--set", "parallel.tp=3")),
-    Case("set-joined-value-named-by-its-argument", "parallel.tp", "--set parallel.tp=3: parallel.tp:",
+    # a wrong value given with --set is the command line's, not the file's: the line names the file and the argument
+    Case("set-value-named-by-its-argument", "parallel.tp", "(--set parallel.tp=3): parallel.tp:", argv=("--set", "parallel.tp=3")),
+    Case("set-joined-value-named-by-its-argument", "parallel.tp", "(--set parallel.tp=3): parallel.tp:",
          argv=("--set", "parallel.tp+parallel.dp=3+1")),
     Case("set-joined-keys-value-count", "--set parallel.tp+parallel.pp", "2 keys", argv=("--set", "parallel.tp+parallel.pp=1+2+3")),
     Case("set-empty-key-part", "--set parallel..tp", "empty", argv=("--set", "parallel..tp=2")),

@@ -157,8 +157,8 @@ def test_topology_key_errors_name_the_argument_and_key(tmp_path, plain_topology,
     path = small_scenario(tmp_path, plain_topology)
     assert main(["check", str(path), "--set", f"{OVERSUB}=0.5"]) == 2
     err = capsys.readouterr().err
-    # the value came from --set, so the message names that argument (and the key), not the file
-    assert err.startswith(f"--set {OVERSUB}=0.5: {OVERSUB}: must be >= 1") and "Traceback" not in err
+    # the value came from --set, so the message names that argument (and the key) beside the file
+    assert err.startswith(f"{path} (--set {OVERSUB}=0.5): {OVERSUB}: must be >= 1") and "Traceback" not in err
 
 
 def test_topology_keys_as_compare_and_sweep_axes(tmp_path, plain_topology, capsys):

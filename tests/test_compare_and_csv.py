@@ -156,3 +156,20 @@ def test_exporting_dualpipe_names_the_scenario_and_key(tmp_path, fast_topology, 
     rc = main(["schedule", str(path), "--csv", str(tmp_path / "x.csv")])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith(f"{path}: parallel.schedule: ") and not (tmp_path / "x.csv").exists()
+
+
+def test_compare_names_the_variant_a_warning_is_about_and_labels_fp8_mfu(capsys):
+    """An FP8 recipe with precision bf16,fp8: the recipe is unused on the bf16 variant only, so the
+    warning names that variant's overrides; the FP8 row's MFU is of the FP8 peak and says so."""
+    from conftest import ROOT
+    path = ROOT / "scenarios" / "llama3-8b-h200-64.yaml"
+    assert main(["compare", str(path), "--set", "training.precision=bf16,fp8", "--set", "training.fp8_recipe=current",
+                 "--set", "training.global_batch_size=64"]) == 0
+    cap = capsys.readouterr()
+    assert f"{path} (--set training.fp8_recipe=current --set training.global_batch_size=64 --set training.precision=bf16): " \
+           "training.fp8_recipe current is used only with training.precision: fp8" in cap.err
+    assert "training.precision=fp8)" not in cap.err
+    fp8_row = next(line for line in cap.out.splitlines() if line.lstrip().startswith("training.precision=fp8"))
+    bf16_row = next(line for line in cap.out.splitlines() if line.lstrip().startswith("training.precision=bf16"))
+    assert "%*" in fp8_row and "%*" not in bf16_row
+    assert "* MFU of the FP8 peak" in cap.out

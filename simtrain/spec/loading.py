@@ -492,8 +492,8 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> tuple[Scen
 
 def attribute_overrides(err: ConfigError, file: str, overrides: Iterable[str] | None) -> ConfigError:
     """`err` with each problem of `file` whose key a `--set` wrote (that key or one below it) named
-    after the command-line argument instead (`--set parallel.tp=3: parallel.tp: ...`): the value
-    that is wrong came from the command line, not from the file."""
+    after the file and the command-line argument (`s.yaml (--set parallel.tp=3): parallel.tp: ...`):
+    the value that is wrong came from the command line, not from the file."""
     given: dict[str, str] = {}
     for ov in expand_single(overrides, Collector(file)):
         key, eq, _ = ov.partition("=")
@@ -504,7 +504,7 @@ def attribute_overrides(err: ConfigError, file: str, overrides: Iterable[str] | 
     out = []
     for p in err.problems:
         hit = next((ov for key, ov in given.items() if p.path == key or p.path.startswith(key + ".")), None)
-        out.append(Problem(f"--set {hit[:120]}", p.path, p.problem, p.fix) if p.file == file and hit else p)
+        out.append(Problem(f"{file} (--set {hit[:120]})", p.path, p.problem, p.fix) if p.file == file and hit else p)
     return ConfigError(out)
 
 

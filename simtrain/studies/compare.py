@@ -144,10 +144,14 @@ def table(rows: list[Row], width: int | None = None) -> str:
             continue
         x = r.result
         ex = x.breakdown.exposed_comm_s
-        out.append([r.label, fmt_time(x.step_time_s), f"{100 * x.mfu:.1f}%", f"{100 * x.bubble_fraction:.1f}%",
+        fp8 = "*" if x.precision == "fp8" else ""        # MFU of the FP8 peak
+        out.append([r.label, fmt_time(x.step_time_s), f"{100 * x.mfu:.1f}%{fp8}", f"{100 * x.bubble_fraction:.1f}%",
                     "/".join(f"{ex[k]:.2f}" for k in ("tp", "pp", "dp")), f"{x.peak_memory_bytes / GiB:.1f} GiB",
                     "yes" if x.fits_in_memory else "NO", " ".join(f"{m.total / GiB:.0f}" for m in x.memory)])
-    return "\n".join(render(cols, out, width))
+    lines = render(cols, out, width)
+    if any(r.result is not None and r.result.precision == "fp8" for r in rows):
+        lines.append("  * MFU of the FP8 peak (the run's linear layers in FP8)")
+    return "\n".join(lines)
 
 
 def to_csv(rows: list[Row]) -> str:

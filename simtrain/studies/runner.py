@@ -14,6 +14,7 @@ the original exception, traceback and all, for callers with a single point. `com
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,11 +85,28 @@ def load_point(path: str | Path, point: Point | Sequence[str]) -> Outcome:
         point = Point(list(point))
     o = Outcome(list(point.overrides), point.scenario, point.topology, path=str(path))
     if o.scenario is None:
-        try:
-            o.scenario, o.topology = load_scenario(path, o.overrides)
-        except Exception as e:         # a bug at one point must not stop the others (see `internal`)
-            o.exception = e
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                o.scenario, o.topology = load_scenario(path, o.overrides)
+            except Exception as e:     # a bug at one point must not stop the others (see `internal`)
+                o.exception = e
+        for w in caught:
+            warnings.warn_explicit(variant_message(str(w.message), str(path), o.overrides), w.category,
+                                   w.filename, w.lineno)
     return o
+
+
+def variant_message(msg: str, path: str, overrides: Sequence[str]) -> str:
+    """A loader warning about `path`, named after the point's overrides as well (a sweep or a
+    comparison loads the file once per point, and the warning may hold for some points only).
+
+    >>> variant_message("s.yaml: training.fp8_recipe ...", "s.yaml", ["training.precision=bf16"])
+    's.yaml (--set training.precision=bf16): training.fp8_recipe ...'
+    """
+    if overrides and msg.startswith(f"{path}: "):
+        return f"{path} ({' '.join('--set ' + x for x in overrides)}): " + msg[len(path) + 2:]
+    return msg
 
 
 def simulate_point(o: Outcome) -> Outcome:
