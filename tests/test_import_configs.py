@@ -745,3 +745,23 @@ def test_megatron_pipeline_split_flags_round_trip(tmp_path):
     assert t["parallel"]["account_for_embedding_in_pipeline_split"] is True
     assert t["parallel"]["account_for_loss_in_pipeline_split"] is True
     assert t["parallel"]["vpp"] == 8
+
+
+def test_run_on_a_megatron_file_names_its_flags_in_errors(tmp_path, capsys):
+    """`simtrain run FILE.sh`: a value the scenario checks refuse is named after the flag that set it,
+    with the scenario key beside it; a value given with --set keeps the --set attribution."""
+    f = tmp_path / "bad.sh"
+    f.write_text("torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 "
+                 "--num-attention-heads 4 --seq-length 128 --vocab-size 100 --bf16 --tensor-model-parallel-size 8 "
+                 "--micro-batch-size 1 --global-batch-size 8\n")
+    where = ["--set", "cluster.topology=dgx-h100", "--set", "cluster.device=h100-sxm5-80gb", "--set", "cluster.nodes=1"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["run", str(f), *where]) == 2
+    err = capsys.readouterr().err
+    assert f"{f}: --tensor-model-parallel-size (parallel.tp): tp=8 does not divide num_attention_heads=4" in err
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["run", str(f), *where, "--set", "parallel.tp=3"]) == 2
+    err = capsys.readouterr().err
+    assert f"{f} (--set parallel.tp=3): parallel.tp:" in err and "--tensor-model-parallel-size (" not in err

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from simtrain.errors import Collector, ConfigError
+from simtrain.errors import Collector, ConfigError, Problem
 from simtrain.hardware.topology import Topology
 from simtrain.imports import deepspeed, megatron, torchtitan, verl
 from simtrain.imports.common import Options, devices_per_node
@@ -117,6 +117,49 @@ def detect(path: str) -> str | None:
     return None
 
 
+# scenario key -> the keys of each source format that set it one to one, for `simtrain run FILE`'s
+# errors: a problem the scenario checks find in an imported value is named after the file's own
+# key (with the scenario key beside it), where the file gave that key
+SOURCE_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
+    "megatron": {
+        "model.num_layers": ("--num-layers",), "model.hidden_size": ("--hidden-size",),
+        "model.num_attention_heads": ("--num-attention-heads",), "model.num_key_value_heads": ("--num-query-groups",),
+        "model.ffn_hidden_size": ("--ffn-hidden-size",), "model.seq_length": ("--seq-length",),
+        "model.vocab_size": ("--vocab-size",), "parallel.tp": ("--tensor-model-parallel-size",),
+        "parallel.pp": ("--pipeline-model-parallel-size",), "parallel.cp": ("--context-parallel-size",),
+        "parallel.ep": ("--expert-model-parallel-size",), "parallel.etp": ("--expert-tensor-parallel-size",),
+        "parallel.vpp": ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"),
+        "parallel.sequence_parallel": ("--sequence-parallel",), "parallel.tp_comm_overlap": ("--tp-comm-overlap",),
+        "parallel.first_stage_layers": ("--decoder-first-pipeline-num-layers",),
+        "parallel.last_stage_layers": ("--decoder-last-pipeline-num-layers",),
+        "training.micro_batch_size": ("--micro-batch-size",), "training.global_batch_size": ("--global-batch-size",),
+        "training.recompute_method": ("--recompute-method",), "training.recompute_num_layers": ("--recompute-num-layers",),
+    },
+    "torchtitan": {
+        "parallel.tp": ("tensor_parallel_degree",), "parallel.pp": ("pipeline_parallel_degree",),
+        "parallel.cp": ("context_parallel_degree",), "parallel.ep": ("expert_parallel_degree",),
+        "model.seq_length": ("seq_len",), "training.global_batch_size": ("global_batch_size",),
+    },
+    "deepspeed": {
+        "training.micro_batch_size": ("train_micro_batch_size_per_gpu",),
+        "training.global_batch_size": ("train_batch_size",), "parallel.zero_stage": ("stage",),
+    },
+}
+
+
+def source_named(err: ConfigError, path: str, kind: str, text: str) -> ConfigError:
+    """`err` with each problem of the imported file `path` whose scenario key the file set one to
+    one named after the file's key, the scenario key in brackets (`--num-attention-heads
+    (model.num_attention_heads): ...`). A key the file does not contain (its value came from a
+    preset, a config.json or a default) keeps the scenario key."""
+    keys = SOURCE_KEYS.get(kind, {})
+    out = []
+    for p in err.problems:
+        src = next((k for k in keys.get(p.path, ()) if re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", text)), None)
+        out.append(Problem(p.file, f"{src} ({p.path})", p.problem, p.fix) if p.file == path and src else p)
+    return ConfigError(out)
+
+
 def _override(overrides: list[str], key: str) -> str | None:
     for ov in overrides:
         k, eq, v = ov.partition("=")
@@ -162,4 +205,9 @@ def load_foreign(path: str, overrides: list[str]) -> tuple[Scenario, Topology] |
     try:
         return build_scenario(raw, Path(path), errs)
     except ConfigError as e:
-        raise attribute_overrides(e, path, overrides) from None
+        e = attribute_overrides(e, path, overrides)
+        try:
+            text = read_text(path)
+        except (OSError, ValueError, TreeError):
+            text = ""
+        raise source_named(e, path, kind, text) from None
