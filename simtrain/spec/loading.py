@@ -737,24 +737,19 @@ def _check_stages(p, L, training, errs: Collector, encoder_stages: int = 0) -> N
         what = f"{S} language-model stages (pp={pp} minus {encoder_stages} encoder stage{'s' if encoder_stages > 1 else ''})"
     lps, first, last = p.get("layers_per_stage"), p.get("first_stage_layers"), p.get("last_stage_layers")
     acc = [k for k in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split") if p.get(k)]
+    n = L + len(acc)
     if acc:
         # Megatron-core: the embedding / loss count as a layer each in the even split
         if lps is not None or first is not None or last is not None:
             other = "layers_per_stage" if lps is not None else "first_stage_layers" if first is not None else "last_stage_layers"
             errs.add(f"parallel.{acc[0]}", f"given together with parallel.{other} (Megatron-core refuses the two together)",
                      "keep one of them")
-        n = L + len(acc)
-        if lps is not None or first is not None or last is not None:
-            pass
         elif n % S:
             errs.add(f"parallel.{acc[0]}", f"{L} layers plus {len(acc)} counted for the embedding / loss make {n}, which "
                      f"does not divide into {what}", f"choose pp/vpp so that {n} divides evenly, or give parallel.layers_per_stage")
         elif n // S < 2 and S > 1:
             errs.add(f"parallel.{acc[0]}", f"{n} counted layers over {what} leave a stage with no transformer layer "
                      "(simtrain's stages hold at least one)", "use fewer stages")
-        lps = "accounted"
-    if lps == "accounted":
-        pass
     elif lps == "balanced":
         # layers in proportion to each stage's device speed (workload.balanced_layers)
         if first is not None or last is not None:
