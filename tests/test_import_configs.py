@@ -592,7 +592,8 @@ def test_tp_comm_overlap_is_read_and_written_back(tmp_path):
 
 def test_tp_comm_overlap_variants_simtrain_does_not_model(tmp_path):
     """Turning part of the overlap off changes the answer: refused. A configuration file of the
-    overlap's methods is not read: a warning says the defaults are timed."""
+    overlap's methods that is not there: a warning says the defaults are timed (one that is there
+    is read: tests/test_tp_comm_overlap.py)."""
     (p,) = _megatron_problems(tmp_path, TP_ARGS + " --tp-comm-overlap-disable-qkv", suffix=".args", world_size=8)
     assert p.path == "--tp-comm-overlap-disable-qkv" and "not modelled" in p.problem
     f = tmp_path / "cfg.args"
@@ -600,7 +601,8 @@ def test_tp_comm_overlap_variants_simtrain_does_not_model(tmp_path):
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         import_files("megatron", [str(f)], Options(topology="dgx-h100", device="h100-sxm5-80gb", world_size=8), tmp_path / "s.yaml")
-    assert any("--tp-comm-overlap-cfg" in str(x.message) and "not read" in str(x.message) for x in w)
+    assert any("--tp-comm-overlap-cfg ub.yaml: no such file" in str(x.message) and "default overlap is timed" in str(x.message)
+               for x in w)
 
 
 def test_torchtitan_async_tp_is_read(tmp_path):

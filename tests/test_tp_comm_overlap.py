@@ -262,3 +262,72 @@ def test_userbuffers_step_with_a_host_cost(tmp_path):
     assert folded == pytest.approx(unfolded, rel=1e-9)
     pieces = 2 * 2 * (4 * TP + 2 * UB_PIPELINE_SPLITS)     # 2 layers, forward and backward
     assert folded - base < pieces * 1e-5
+
+
+def _rings(sc):
+    lp = build_workload(sc, 1)[0].layers[0]
+    return {it.comm.name: it for it in (*lp.forward, *lp.backward) if isinstance(it, Ring)}
+
+
+def test_per_gemm_settings_shape_the_overlaps(tmp_path):
+    """parallel.tp_comm_overlap_cfg (TE's per-GEMM userbuffers settings): defaults are TE's
+    initialize_ub ones (proj / fc2 forward pipelined in 4 on 108 - 16 SMs, the bulks on 108 - 16);
+    proj_fprop with 2 splits and 24 SMs keeps (108 - 24) / 108 of the A100 in 2 pieces; fc2_fprop as
+    a ring exchange runs tp pieces on copy engines (every SM); qkv_dgrad with 4 SMs keeps
+    (108 - 4) / 108 beside the re-gather."""
+    base = _rings(scenario(tmp_path)[0])
+    assert (base["ub_proj_rs"].mode, base["ub_proj_rs"].steps) == ("pipeline", UB_PIPELINE_SPLITS)
+    assert base["ub_proj_rs"].share == pytest.approx(SHARE) and base["ub_qkv_dgrad_ag"].share == pytest.approx(SHARE)
+    cfg = {"proj_fprop": {"num_splits": 2, "num_sm": 24}, "fc2_fprop": {"method": "ring_exchange"},
+           "qkv_dgrad": {"num_sm": 4}}
+    r = _rings(scenario(tmp_path, tp_comm_overlap_cfg=cfg)[0])
+    assert (r["ub_proj_rs"].mode, r["ub_proj_rs"].steps) == ("pipeline", 2)
+    assert r["ub_proj_rs"].share == pytest.approx((108 - 24) / 108)
+    assert r["ub_proj_rs"].comm.size_bytes == pytest.approx(base["ub_proj_rs"].comm.size_bytes * UB_PIPELINE_SPLITS / 2)
+    assert (r["ub_fc2_rs"].mode, r["ub_fc2_rs"].steps, r["ub_fc2_rs"].share) == ("ring", TP, 1.0)
+    assert r["ub_fc2_rs"].comm.collective == "send_recv"
+    assert r["ub_qkv_dgrad_ag"].share == pytest.approx((108 - 4) / 108)
+    assert r["ub_fc1_dgrad_ag"].share == pytest.approx(SHARE)          # not named: TE's default
+
+
+@pytest.mark.parametrize("cfg,needle", [
+    ({"qkv_fprop": {"method": "bulk"}}, "qkv_fprop does not run as bulk"),
+    ({"fc1_wgrad": {"method": "pipeline"}}, "fc1_wgrad does not run as pipeline"),
+    ({"qkv_dgrad": {"num_splits": 2}}, "applies to a pipelined overlap"),
+    ({"fc3_fprop": {"method": "bulk"}}, "unknown key"),
+])
+def test_per_gemm_settings_are_checked(tmp_path, cfg, needle):
+    with pytest.raises(ConfigError, match="parallel.tp_comm_overlap_cfg") as e:
+        scenario(tmp_path, tp_comm_overlap_cfg=cfg)
+    assert needle in str(e.value)
+
+
+def test_per_gemm_settings_without_userbuffers_warn(tmp_path):
+    with pytest.warns(UserWarning, match="tp_comm_overlap_cfg applies only with parallel.tp_comm_overlap: userbuffers"):
+        scenario(tmp_path, tp_comm_overlap="async_tp", tp_comm_overlap_cfg={"qkv_dgrad": {"num_sm": 4}})
+
+
+def test_megatron_reads_the_userbuffers_yaml(tmp_path):
+    """--tp-comm-overlap-cfg names TE's userbuffers YAML; its method / num_sm / num_splits become
+    parallel.tp_comm_overlap_cfg, the keys simtrain does not time are named in a warning, and a
+    file that is not there leaves TE's defaults with a warning."""
+    from simtrain.errors import Collector
+    from simtrain.imports import megatron
+    from simtrain.imports.common import Options
+    (tmp_path / "ub.yaml").write_text("proj_fprop: {method: ring_exchange, num_sm: 1, set_sm_margin: 1}\n"
+                                      "qkv_dgrad: {method: bulk, num_sm: 4, cga_size: 2}\n")
+    script = tmp_path / "run.sh"
+    args = ("torchrun --nnodes 1 --nproc-per-node 4 pretrain_gpt.py --num-layers 2 --hidden-size 256 "
+            "--num-attention-heads 8 --seq-length 128 --vocab-size 1024 --bf16 --tensor-model-parallel-size 4 "
+            "--sequence-parallel --tp-comm-overlap --tp-comm-overlap-cfg ub.yaml --micro-batch-size 1 --global-batch-size 1")
+    script.write_text(args + "\n")
+    errs = Collector(str(script))
+    with pytest.warns(UserWarning, match="cga_size, set_sm_margin are not timed"):
+        tree = megatron.to_tree(str(script), args, Options(world_size=4, topology="dgx-h100", device="h100-sxm5-80gb"),
+                                errs, tmp_path)
+    assert tree["parallel"]["tp_comm_overlap_cfg"] == {"proj_fprop": {"method": "ring_exchange", "num_sm": 1},
+                                                       "qkv_dgrad": {"method": "bulk", "num_sm": 4}}
+    with pytest.warns(UserWarning, match="no such file here"):
+        tree = megatron.to_tree(str(tmp_path / "elsewhere" / "run.sh"), args.replace("ub.yaml", "missing.yaml"),
+                                Options(world_size=4, topology="dgx-h100", device="h100-sxm5-80gb"), Collector("x"), tmp_path)
+    assert "tp_comm_overlap_cfg" not in tree["parallel"]

@@ -29,6 +29,8 @@ from simtrain.errors import Collector
 from simtrain.imports.common import SHOWN_NAMES, Fields, Options, cluster_section, drop_none, model_section
 from simtrain.imports.megatron_args import NAMES as MEGATRON_ARGS
 from simtrain.imports.shell import Script, ShellError, Word, run_script
+from simtrain.spec.files import TreeError, parse_yaml, read_text
+from simtrain.spec.scenario import UB_GEMMS
 
 # flags that take no value (store_true / store_false in Megatron's argument parser); every
 # other `--name` takes the words up to the next `--name`
@@ -238,6 +240,45 @@ def layout_stages(layout: str, file: str, errs: Collector) -> list[int] | None:
     return [st.count("t") for st in s.split("|")]
 
 
+def ub_cfg(file: str, cfg_path: str, errs: Collector) -> dict[str, Any] | None:
+    """--tp-comm-overlap-cfg: Transformer Engine's userbuffers YAML (one entry per GEMM, qkv_fprop
+    to fc2_dgrad, with method, num_sm, num_splits and settings simtrain does not time: cga_size,
+    set_sm_margin, aggregate, atomic_gemm, fp8_buf) -> parallel.tp_comm_overlap_cfg. The path is
+    taken from the script's directory, then the current one; a file that is not there is
+    reported, and TE's defaults are timed."""
+    where = [Path(cfg_path)] if Path(cfg_path).is_absolute() else [Path(file).parent / cfg_path, Path(cfg_path)]
+    found = next((q for q in where if q.is_file()), None)
+    if found is None:
+        warnings.warn(f"{file}: --tp-comm-overlap-cfg {cfg_path}: no such file here (looked in "
+                      f"{', '.join(str(q) for q in where)}); Transformer Engine's default overlap is timed "
+                      "(give the file, or write parallel.tp_comm_overlap_cfg into the scenario)", stacklevel=3)
+        return None
+    try:
+        doc = parse_yaml(read_text(found))
+    except (OSError, ValueError, TreeError) as e:
+        errs.add("--tp-comm-overlap-cfg", f"{found}: cannot read it: {e}", "give Transformer Engine's userbuffers YAML")
+        return None
+    if not isinstance(doc, dict):
+        errs.add("--tp-comm-overlap-cfg", f"{found}: expected a mapping of GEMM names", "write e.g. `proj_fprop: {method: pipeline}`")
+        return None
+    out: dict[str, Any] = {}
+    untimed = set()
+    for te, entry in doc.items():
+        if te not in UB_GEMMS:
+            errs.add("--tp-comm-overlap-cfg", f"{found}: {te!r} is not a GEMM Transformer Engine overlaps",
+                     f"use the names {', '.join(UB_GEMMS)}")
+            continue
+        if not isinstance(entry, dict):
+            errs.add("--tp-comm-overlap-cfg", f"{found}: {te} is not a mapping", "write e.g. `{method: bulk, num_sm: 4}`")
+            continue
+        out[te] = {k: entry[k] for k in ("method", "num_sm", "num_splits") if k in entry}
+        untimed |= set(entry) - {"method", "num_sm", "num_splits"}
+    if untimed:
+        warnings.warn(f"{file}: --tp-comm-overlap-cfg {found}: {', '.join(sorted(untimed))} are not timed (method, "
+                      "num_sm and num_splits are)", stacklevel=3)
+    return out
+
+
 def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path) -> dict[str, Any]:
     values, launcher_world, notes = read_args(file, text, opts, errs)
     f = Fields(file, values, errs)
@@ -280,10 +321,9 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
     if _flag(f, "--tp-comm-overlap"):
         par["tp_comm_overlap"] = "userbuffers"
         if f.has("--tp-comm-overlap-cfg"):
-            f.use("--tp-comm-overlap-cfg")
-            warnings.warn(f"{file}: --tp-comm-overlap-cfg: simtrain times Transformer Engine's default overlap "
-                          "(ring exchange into QKV / fc1 and the dgrads, a 4-way pipeline beside proj / fc2 holding 16 SMs, "
-                          "bulk beside the wgrads holding 16 SMs); the file's methods and SM counts are not read", stacklevel=2)
+            cfg = ub_cfg(file, str(f.take("--tp-comm-overlap-cfg")), errs)
+            if cfg:
+                par["tp_comm_overlap_cfg"] = cfg
         for name in ("--disable-tp-comm-overlap-ag", "--disable-tp-comm-overlap-rs", "--disable-tp-comm-bulk-dgrad",
                      "--disable-tp-comm-bulk-wgrad", "--disable-tp-comm-split-ag", "--disable-tp-comm-split-rs",
                      "--tp-comm-overlap-disable-qkv", "--tp-comm-overlap-disable-fc1", "--tp-comm-overlap-rs-dgrad",
@@ -594,6 +634,9 @@ def to_args(tree: dict[str, Any]) -> list[str]:
         add("--sequence-parallel")
     if p.get("tp_comm_overlap") == "userbuffers":
         add("--tp-comm-overlap")
+        if p.get("tp_comm_overlap_cfg"):
+            warnings.warn("parallel.tp_comm_overlap_cfg: Megatron-LM reads per-GEMM settings from a YAML file "
+                          "(--tp-comm-overlap-cfg FILE); write the scenario's entries into one and pass it", stacklevel=2)
     elif p.get("tp_comm_overlap") == "async_tp":
         warnings.warn("parallel.tp_comm_overlap: async_tp is PyTorch's (torchtitan); Megatron-LM has no such flag, and "
                       "its counterpart --tp-comm-overlap (Transformer Engine userbuffers) is not written", stacklevel=2)

@@ -33,6 +33,7 @@ from simtrain.spec.scenario import (
     MIXED,
     RECOMPUTE_MODULES,
     STRAGGLER,
+    UB_GEMMS,
     ClusterSpec,
     EncoderSpec,
     MLASpec,
@@ -923,6 +924,25 @@ def _check_op_recompute(model, training, p, errs: Collector) -> None:
                  "set parallel.tp_comm_overlap: none, or " + fix[4:])
 
 
+def _check_ub_cfg(p: dict, errs: Collector) -> None:
+    """parallel.tp_comm_overlap_cfg: each GEMM takes the methods Transformer Engine offers it
+    (initialize_ub: the all-gathers run as ring exchange, the forward reduce-scatters pipelined or
+    as ring exchange, QKV's and fc1's dgrad and wgrad in bulk); num_splits is a pipeline's."""
+    cfg = p.get("tp_comm_overlap_cfg") or {}
+    allowed = {"proj_fprop": ("pipeline", "ring_exchange"), "fc2_fprop": ("pipeline", "ring_exchange")}
+    for te in UB_GEMMS:
+        g = cfg.get(te) or {}
+        ok = allowed.get(te, ("bulk",) if te in ("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad") else ("ring_exchange",))
+        method = g.get("method") or "default"
+        key = f"parallel.tp_comm_overlap_cfg.{te}"
+        if method not in ("default", *ok):
+            errs.add(f"{key}.method", f"{te} does not run as {method} (Transformer Engine offers it {' or '.join(ok)})",
+                     f"use {' or '.join(ok)}, or default")
+        if g.get("num_splits") is not None and (method if method != "default" else ok[0]) != "pipeline":
+            errs.add(f"{key}.num_splits", f"applies to a pipelined overlap; {te} runs as {method if method != 'default' else ok[0]}",
+                     "remove num_splits, or set method: pipeline")
+
+
 def _warn_unused(raw: dict, training: dict | None, parallel: dict | None, path: Path) -> None:
     """Warns of keys the file sets that the run it describes does not use, as Megatron-LM switches
     them off: an FP8 recipe on a 16-bit run, sequence parallelism and tensor-parallel overlap
@@ -933,6 +953,10 @@ def _warn_unused(raw: dict, training: dict | None, parallel: dict | None, path: 
         warnings.warn(f"{path}: training.fp8_recipe {training['fp8_recipe']} is used only with training.precision: fp8; "
                       f"this run is {training.get('precision')}, so no FP8 recipe applies (set training.precision: fp8 to use it, "
                       "or remove the recipe)", stacklevel=3)
+    if parallel and given_p.get("tp_comm_overlap_cfg") and parallel.get("tp_comm_overlap") != "userbuffers":
+        warnings.warn(f"{path}: parallel.tp_comm_overlap_cfg applies only with parallel.tp_comm_overlap: userbuffers; "
+                      f"this run has {parallel.get('tp_comm_overlap')} (set tp_comm_overlap: userbuffers to use it, or "
+                      "remove it)", stacklevel=3)
     if parallel and (parallel.get("tp") or 1) == 1:
         if given_p.get("sequence_parallel"):
             warnings.warn(f"{path}: parallel.sequence_parallel has no effect with tp 1 (Megatron-LM switches it off); "
@@ -948,6 +972,7 @@ def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> No
     p = parallel
     _check_recompute(training, errs)
     _check_op_recompute(model, training, p, errs)
+    _check_ub_cfg(p, errs)
     if p.get("schedule") is not None and p["schedule"] not in SCHEDULES and not p.get("schedule_csv"):
         errs.add("parallel.schedule", f"unknown schedule {p['schedule']!r}", f"use one of: {', '.join(SCHEDULES)}")
     _check_placement(p, errs)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from simtrain.spec.fields import Key, Section, dump, section_of, spec_field
 from simtrain.spec.reliability import RELIABILITY
@@ -168,6 +168,52 @@ class FusionSpec:
                                      default=False)
 
 
+@dataclass(frozen=True)
+class UBGemmSpec:
+    """One GEMM's Transformer Engine userbuffers overlap (an entry of TE's / Megatron's
+    tp_comm_overlap_cfg); absent keys keep TE's initialize_ub defaults for that GEMM."""
+    method: str = spec_field(("default", "ring_exchange", "pipeline", "bulk"), "how the collective overlaps the GEMM: "
+                             "default (TE's for this GEMM), ring_exchange (the all-gathers into QKV, fc1 and the dgrads "
+                             "of proj and fc2; proj and fc2 forward too), pipeline (proj and fc2 forward), bulk (QKV and "
+                             "fc1 dgrad and wgrad)", default="default", dump_if=lambda g: g.method != "default")
+    num_sm: Optional[int] = spec_field("posint", "SMs the communication kernels hold (pipeline, bulk; TE default 16)",
+                                       default=None, optional=True, dump="none", maximum=1024)
+    num_splits: Optional[int] = spec_field("posint", "pipeline: pieces the GEMM is cut into (TE default 4)",
+                                           default=None, optional=True, dump="none", maximum=256)
+
+
+UB_GEMMS = ("qkv_fprop", "proj_fprop", "fc1_fprop", "fc2_fprop", "qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad",
+            "proj_dgrad", "fc2_dgrad")
+"""The GEMMs of a layer that TE's userbuffers overlap, by TE's names (initialize_ub)."""
+
+
+def _ub_field(name: str, attr: str) -> Any:
+    return spec_field("map", f"{name}'s overlap: method, num_sm, num_splits", default_factory=UBGemmSpec, section=UBGemmSpec,
+                      dump_if=lambda c: getattr(c, attr) != UBGemmSpec())
+
+
+@dataclass(frozen=True)
+class UBConfigSpec:
+    """Per-GEMM settings of TE's userbuffers overlap (Megatron --tp-comm-overlap-cfg, Megatron-Bridge
+    TransformerLayerTPOverlapCfg); every GEMM left out runs TE's defaults."""
+    qkv_fprop: UBGemmSpec = _ub_field("QKV forward", "qkv_fprop")
+    proj_fprop: UBGemmSpec = _ub_field("the output projection's forward", "proj_fprop")
+    fc1_fprop: UBGemmSpec = _ub_field("fc1 forward", "fc1_fprop")
+    fc2_fprop: UBGemmSpec = _ub_field("fc2 forward", "fc2_fprop")
+    qkv_dgrad: UBGemmSpec = _ub_field("QKV's input gradient", "qkv_dgrad")
+    qkv_wgrad: UBGemmSpec = _ub_field("QKV's weight gradient", "qkv_wgrad")
+    fc1_dgrad: UBGemmSpec = _ub_field("fc1's input gradient", "fc1_dgrad")
+    fc1_wgrad: UBGemmSpec = _ub_field("fc1's weight gradient", "fc1_wgrad")
+    proj_dgrad: UBGemmSpec = _ub_field("the output projection's input gradient", "proj_dgrad")
+    fc2_dgrad: UBGemmSpec = _ub_field("fc2's input gradient", "fc2_dgrad")
+
+    def __post_init__(self) -> None:
+        for name in UB_GEMMS:
+            v = getattr(self, name)
+            if isinstance(v, dict):                  # the loader's checked mapping
+                object.__setattr__(self, name, UBGemmSpec(**v))
+
+
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8", "torchao_tensorwise", "torchao_rowwise")
 """The parts training.recompute_modules may name (Megatron-core TransformerConfig.recompute_modules)."""
@@ -261,6 +307,10 @@ class ParallelSpec:
                                       "tensor-parallel collectives overlapped with their GEMMs: userbuffers (Megatron "
                                       "--tp-comm-overlap on Transformer Engine), async_tp (torchtitan / PyTorch async TP); "
                                       "needs sequence_parallel", default="none")
+    tp_comm_overlap_cfg: UBConfigSpec = spec_field("map", "with tp_comm_overlap: userbuffers, each GEMM's overlap "
+                                                   "(Megatron --tp-comm-overlap-cfg); absent: TE's defaults",
+                                                   default_factory=UBConfigSpec, section=UBConfigSpec,
+                                                   dump_if=lambda p: p.tp_comm_overlap_cfg != UBConfigSpec())
     zero_stage: int = spec_field((0, 1, 2, 3), "ZeRO / FSDP sharding stage", default=0)
     schedule: str = spec_field("str", "pipeline schedule (simtrain list schedules)", default="1f1b", choices=_SCHEDULES,
                                dump_if=lambda p: not p.schedule_csv)
@@ -297,6 +347,10 @@ class ParallelSpec:
     device_of_rank: Optional[tuple] = spec_field(
         "any", "explicit placement: entry r is rank r's device (a permutation)", default=None, dump="none",
         json={"type": "array", "items": {"type": "integer", "minimum": 0}, "description": "list of device indices"})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tp_comm_overlap_cfg, dict):    # the loader's checked mapping
+            object.__setattr__(self, "tp_comm_overlap_cfg", UBConfigSpec(**self.tp_comm_overlap_cfg))
 
     @property
     def tp_overlap(self) -> str | None:

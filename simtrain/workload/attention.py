@@ -83,7 +83,7 @@ class Attention(MLAProjections):
                 into = [self.ub_ring("ub_qkv_ag", qkv, msg), rope[0] if rope else ()]
             else:
                 into = [self.tp_comm(True, 0, msg), attn_core]
-            fwd = [n1, *into, *core_f, self.ub_pipeline("ub_proj_rs", out, msg), r1]
+            fwd = [n1, *into, *core_f, self.ub_rs("proj_fprop", "ub_proj_rs", out, msg), r1]
             bwd = [r1b, self.ub_ring("ub_proj_dgrad_ag", out_b, msg), (out_w,), *core_b, *into_b, n1b]
         if not self.sp:
             # without SP, the all-reduce into attention is the backward's (the forward input is replicated)

@@ -75,8 +75,8 @@ class LayerDims:
         # tensor-parallel collectives overlapped with their GEMMs (needs sp; the loader checks the
         # device's SM count): the part of the SMs a pipelined or bulk overlap leaves its GEMM
         self.ub = p.tp_overlap
-        sms = get_device(sc.cluster.device).sms if self.ub == "userbuffers" else 0
-        self.ub_share = (sms - UB_COMM_SMS) / sms if sms else 1.0
+        self.ub_sms = get_device(sc.cluster.device).sms if self.ub == "userbuffers" else 0
+        self.ub_cfg = p.tp_comm_overlap_cfg
         # FP8 as Transformer Engine runs it (`fp8`): TE linears in FP8, the rest 16-bit
         self.fp8 = t.precision == "fp8"
         self.fp8_recipe = t.fp8_recipe
@@ -147,18 +147,45 @@ class LayerDims:
         t = self.tp
         return Ring(t, (self.gemm(g.name + "/ring", m / t, n, k, g.phase, dtype=g.dtype),), Comm("tp", "send_recv", msg / t, name))
 
-    def ub_pipeline(self, name: str, g: Op, msg: float) -> Ring:
-        """Pipelined overlap (TE userbuffers): GEMM `g` in UB_PIPELINE_SPLITS row pieces, each
-        piece's output reduce-scattered while the next computes, on the SMs the reduce-scatter
+    def ub_setting(self, te: str) -> tuple[str, float, int]:
+        """(method, share of the SMs the GEMM keeps, pipeline pieces) of TE GEMM `te`
+        (`UB_GEMMS`): parallel.tp_comm_overlap_cfg's entry, TE's initialize_ub defaults where it
+        says nothing (ring exchange for the all-gathers, pipeline for the forward reduce-scatters,
+        bulk for QKV's and fc1's dgrad and wgrad; 16 SMs, 4 pieces)."""
+        g = getattr(self.ub_cfg, te)
+        if te in ("proj_fprop", "fc2_fprop"):
+            default = "pipeline"
+        elif te in ("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad"):
+            default = "bulk"
+        else:
+            default = "ring_exchange"
+        method = default if g.method == "default" else g.method
+        sms = self.ub_sms
+        share = (sms - (g.num_sm or UB_COMM_SMS)) / sms if sms else 1.0
+        return method, share, g.num_splits or UB_PIPELINE_SPLITS
+
+    def ub_rs(self, te: str, name: str, g: Op, msg: float) -> Ring:
+        """The reduce-scatter out of row-parallel GEMM `g` (TE's proj_fprop, fc2_fprop) as its
+        userbuffers setting says: pipelined (`ub_pipeline`) or a ring exchange (`ub_ring`:
+        copy-engine transfers of each piece's partial output, every SM kept)."""
+        method, share, splits = self.ub_setting(te)
+        if method == "ring_exchange":
+            return self.ub_ring(name, g, msg)
+        return self.ub_pipeline(name, g, msg, splits, share)
+
+    def ub_pipeline(self, name: str, g: Op, msg: float, splits: int = UB_PIPELINE_SPLITS, share: float = 1.0) -> Ring:
+        """Pipelined overlap (TE userbuffers): GEMM `g` in `splits` row pieces, each piece's output
+        reduce-scattered while the next computes, on the `share` of the SMs the reduce-scatter
         kernels leave."""
         m, n, k = g.shape
-        s = UB_PIPELINE_SPLITS
+        s = splits
         return Ring(s, (self.gemm(g.name + "/chunk", m / s, n, k, g.phase, dtype=g.dtype),),
-                    Comm("tp", "reduce_scatter", msg / s, name), "pipeline", self.ub_share)
+                    Comm("tp", "reduce_scatter", msg / s, name), "pipeline", share)
 
-    def ub_bulk(self, name: str, g: Op, comm: Comm) -> Ring:
-        """Bulk overlap (TE userbuffers): collective `comm` beside the independent GEMM `g`."""
-        return Ring(1, (g,), replace(comm, name=name), "bulk", self.ub_share)
+    def ub_bulk(self, te: str, name: str, g: Op, comm: Comm) -> Ring:
+        """Bulk overlap (TE userbuffers): collective `comm` beside the independent GEMM `g` (TE's
+        `te`), on the SMs its kernels leave."""
+        return Ring(1, (g,), replace(comm, name=name), "bulk", self.ub_setting(te)[1])
 
     def column_backward(self, i: int, dgrad: Op, wgrad: Op, msg: float) -> list:
         """The backward of a column-parallel linear fed by sequence-parallel all-gather point i
@@ -172,8 +199,8 @@ class LayerDims:
         scatter = self.tp_comm(False, i, msg)
         part = "qkv" if i == 0 else "fc1"
         if self.ub:
-            return [self.ub_bulk(f"ub_{part}_dgrad_ag", dgrad, gather),
-                    self.ub_bulk(f"ub_{part}_wgrad_rs", wgrad, scatter)]
+            return [self.ub_bulk(f"{part}_dgrad", f"ub_{part}_dgrad_ag", dgrad, gather),
+                    self.ub_bulk(f"{part}_wgrad", f"ub_{part}_wgrad_rs", wgrad, scatter)]
         return [Ring(1, (dgrad,), gather, "bulk"), Ring(1, (wgrad,), scatter, "bulk")]
 
     def ffn(self, tokens: float, width: float, prefix: str) -> tuple[tuple, tuple]:

@@ -146,7 +146,7 @@ class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
             # dgrad and its dgrad reduce-scattered beside its wgrad (bulk overlaps)
             fc1, *act, fc2 = core_f
             fc2_b, fc2_w, *actb, fc1_b, fc1_w = core_b
-            fwd = [n2, self.ub_ring("ub_fc1_ag", fc1, msg), tuple(act), self.ub_pipeline("ub_fc2_rs", fc2, msg), r2]
+            fwd = [n2, self.ub_ring("ub_fc1_ag", fc1, msg), tuple(act), self.ub_rs("fc2_fprop", "ub_fc2_rs", fc2, msg), r2]
             bwd = [r2b, self.ub_ring("ub_fc2_dgrad_ag", fc2_b, msg), (fc2_w, *actb),
                    *self.column_backward(2, fc1_b, fc1_w, msg), n2b]
         elif self.sp:
