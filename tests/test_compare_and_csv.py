@@ -173,3 +173,7 @@ def test_compare_names_the_variant_a_warning_is_about_and_labels_fp8_mfu(capsys)
     bf16_row = next(line for line in cap.out.splitlines() if line.lstrip().startswith("training.precision=bf16"))
     assert "%*" in fp8_row and "%*" not in bf16_row
     assert "* MFU of the FP8 peak" in cap.out
+    from simtrain.studies.compare import run_variants, to_csv
+    rows = list(csv.DictReader(to_csv(run_variants(path, ["training.precision=bf16,fp8",
+                                                          "training.global_batch_size=64"])).splitlines()))
+    assert [r["mfu_peak"] for r in rows] == ["bf16", "fp8"]

@@ -162,3 +162,16 @@ def test_the_split_flags_are_checked(tmp_path, layers, par, needle):
     with pytest.raises(ConfigError, match="parallel.account_for") as e:
         load_scenario(p)
     assert needle in str(e.value)
+
+
+def test_one_flag_short_of_an_even_split_suggests_the_other(tmp_path):
+    """14 layers on 8 stages: the embedding alone makes 15 (no split), both make 16 = 2 x 8, so the
+    fix names the loss flag; a flag that is not true or false is the only problem reported."""
+    with pytest.raises(ConfigError) as e:
+        load_scenario(_pp_doc(tmp_path, 14, 4, 2, account_for_embedding_in_pipeline_split=True))
+    msg = str(e.value)
+    assert "plus 1 for the embedding make 15" in msg and "account_for_loss_in_pipeline_split: true as well (16 = 2 x 8)" in msg
+    with pytest.raises(ConfigError) as e:
+        load_scenario(_pp_doc(tmp_path, 14, 4, 2, account_for_embedding_in_pipeline_split=True,
+                              account_for_loss_in_pipeline_split="yes"))
+    assert len(e.value.problems) == 1 and "expected true or false" in str(e.value)

@@ -47,7 +47,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         need.append((tot, budget.capacity))
         layers = " + ".join(str(work[k].num_layers) for k in held)
         chunks = f" (model stages {', '.join(map(str, held))})" if len(held) > 1 else ""
-        print(f"    pipeline rank {r}: {layers} layers{chunks}, {fmt_bytes(tot)}")
+        print(f"    pipeline rank {r}: {layers} layer{'' if layers == '1' else 's'}{chunks}, {fmt_bytes(tot)}")
     if not memory_fit(need, sc.cluster.reserve_of).fits:
         print(f"  warning: static memory alone exceeds the {fmt_bytes(budget.usable)} usable of {dev.key}")
     grid = RankGrid(p.tp, p.cp, p.dp, p.pp)

@@ -739,15 +739,25 @@ def _check_stages(p, L, training, errs: Collector, encoder_stages: int = 0) -> N
     lps, first, last = p.get("layers_per_stage"), p.get("first_stage_layers"), p.get("last_stage_layers")
     acc = [k for k in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split") if p.get(k)]
     n = L + len(acc)
-    if acc:
+    bad_flag = any(q.path.startswith("parallel.account_for_") for q in errs.problems)
+    what_acc = {"account_for_embedding_in_pipeline_split": "the embedding",
+                "account_for_loss_in_pipeline_split": "the loss"}
+    if bad_flag:
+        pass                  # a flag that is not true / false is reported already
+    elif acc:
         # Megatron-core: the embedding / loss count as a layer each in the even split
         if lps is not None or first is not None or last is not None:
             other = "layers_per_stage" if lps is not None else "first_stage_layers" if first is not None else "last_stage_layers"
             errs.add(f"parallel.{acc[0]}", f"given together with parallel.{other} (Megatron-core refuses the two together)",
                      "keep one of them")
         elif n % S:
-            errs.add(f"parallel.{acc[0]}", f"{L} layers plus {len(acc)} counted for the embedding / loss make {n}, which "
-                     f"does not divide into {what}", f"choose pp/vpp so that {n} divides evenly, or give parallel.layers_per_stage")
+            counted = " and ".join(what_acc[k] for k in acc)
+            other = next(k for k in what_acc if k not in acc) if len(acc) == 1 else None
+            fix = (f"set parallel.{other}: true as well ({L + 2} = {(L + 2) // S} x {S}), or give parallel.layers_per_stage"
+                   if other and (L + 2) % S == 0 and (L + 2) // S >= 2 else
+                   f"choose pp/vpp so that {n} divides evenly, or give parallel.layers_per_stage")
+            errs.add(f"parallel.{acc[0]}", f"{L} layers plus 1{' each' if len(acc) == 2 else ''} for {counted} make {n}, "
+                     f"which does not divide into {what}", fix)
         elif n // S < 2 and S > 1:
             errs.add(f"parallel.{acc[0]}", f"{n} counted layers over {what} leave a stage with no transformer layer "
                      "(simtrain's stages hold at least one)", "use fewer stages")

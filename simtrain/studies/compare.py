@@ -158,17 +158,18 @@ def to_csv(rows: list[Row]) -> str:
     n = max((len(r.result.memory) for r in rows if r.result), default=0)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["variant", "overrides", "schedule", "step_time_s", "mfu", "bubble_fraction",
+    # mfu is of the peak of the variant's precision: mfu_peak says which (fp8: the FP8 peak)
+    w.writerow(["variant", "overrides", "schedule", "step_time_s", "mfu", "mfu_peak", "bubble_fraction",
                 "exposed_tp_s", "exposed_pp_s", "exposed_dp_s", "peak_memory_gib", "fits_in_memory"]
                + [f"rank{i}_peak_gib" for i in range(n)] + [f"rank{i}_activations_gib" for i in range(n)] + ["error"])
     for r in rows:
         if r.error:
-            w.writerow([r.label, " ".join(r.overrides)] + [""] * (9 + 2 * n) + [r.error])
+            w.writerow([r.label, " ".join(r.overrides)] + [""] * (10 + 2 * n) + [r.error])
             continue
         x = r.result
         per = [f"{m.total / GiB:.6g}" for m in x.memory]
         act = [f"{m.activations / GiB:.6g}" for m in x.memory]
-        w.writerow([r.label, " ".join(r.overrides), x.schedule, f"{x.step_time_s:.9g}", f"{x.mfu:.6g}",
+        w.writerow([r.label, " ".join(r.overrides), x.schedule, f"{x.step_time_s:.9g}", f"{x.mfu:.6g}", x.precision,
                     f"{x.bubble_fraction:.5f}"] + [f"{x.breakdown.exposed_comm_s[k]:.6g}" for k in ("tp", "pp", "dp")]
                    + [f"{x.peak_memory_bytes / GiB:.6g}", x.fits_in_memory]
                    + per + [""] * (n - len(per)) + act + [""] * (n - len(act)) + [""])
