@@ -331,3 +331,30 @@ def test_megatron_reads_the_userbuffers_yaml(tmp_path):
         tree = megatron.to_tree(str(tmp_path / "elsewhere" / "run.sh"), args.replace("ub.yaml", "missing.yaml"),
                                 Options(world_size=4, topology="dgx-h100", device="h100-sxm5-80gb"), Collector("x"), tmp_path)
     assert "tp_comm_overlap_cfg" not in tree["parallel"]
+
+
+def test_per_gemm_sms_must_leave_the_gemm_some(tmp_path):
+    """The A100 has 108 SMs: a bulk overlap holding 108 would leave its GEMM none (a share of 0),
+    so it is refused; 107 is the most."""
+    with pytest.raises(ConfigError, match="108 SMs for the communication kernels leave fc1_dgrad's GEMM none") as e:
+        scenario(tmp_path, tp_comm_overlap_cfg={"fc1_dgrad": {"num_sm": 108}})
+    assert "use fewer than 108" in str(e.value)
+    r = _rings(scenario(tmp_path, tp_comm_overlap_cfg={"fc1_dgrad": {"num_sm": 107}})[0])
+    assert r["ub_fc1_dgrad_ag"].share == pytest.approx(1 / 108)
+
+
+def test_a_bad_entry_of_the_userbuffers_yaml_is_reported_at_that_file(tmp_path):
+    from simtrain.errors import Collector
+    from simtrain.imports import megatron
+    from simtrain.imports.common import Options
+    (tmp_path / "ub.yaml").write_text("qkv_fprop: {method: bulk}\nqkv_dgrad: {num_splits: 2}\n")
+    args = ("torchrun --nnodes 1 --nproc-per-node 4 pretrain_gpt.py --num-layers 2 --hidden-size 256 "
+            "--num-attention-heads 8 --seq-length 128 --vocab-size 1024 --bf16 --tensor-model-parallel-size 4 "
+            "--sequence-parallel --tp-comm-overlap --tp-comm-overlap-cfg ub.yaml --micro-batch-size 1 --global-batch-size 1")
+    errs = Collector(str(tmp_path / "run.sh"))
+    megatron.to_tree(str(tmp_path / "run.sh"), args, Options(world_size=4, topology="dgx-h100", device="h100-sxm5-80gb"),
+                     errs, tmp_path)
+    msgs = [f"{p.path}: {p.problem}; {p.fix}" for p in errs.problems]
+    assert any(m.startswith(f"--tp-comm-overlap-cfg: {tmp_path / 'ub.yaml'}: qkv_fprop.method: qkv_fprop does not run as bulk")
+               for m in msgs)
+    assert any("qkv_dgrad.num_splits: applies to a pipelined overlap" in m and m.endswith("remove num_splits") for m in msgs)

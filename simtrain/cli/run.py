@@ -45,7 +45,9 @@ def summary(r: StepResult, wall: float, sc: Scenario) -> str:
         lines.append("  forward only: one forward pass over the batch; no backward, gradient reduction or optimizer step")
     lines += [
         f"  sequences of {sc.model.seq_length:,} tokens, global batch {t.global_batch_size:,}, micro batch {t.micro_batch_size}"
-        + (f", tp overlap {sc.parallel.tp_overlap}" if sc.parallel.tp_overlap else ""),
+        + (f", tp overlap {sc.parallel.tp_overlap}" if sc.parallel.tp_overlap else "")
+        + (" (per-GEMM settings)" if sc.parallel.tp_overlap == "userbuffers" and sc.parallel.tp_comm_overlap_cfg
+           != type(sc.parallel.tp_comm_overlap_cfg)() else ""),
         "",
         f"  step time          {fmt_time(step)}",
         f"  tokens/s           {r.tokens_per_s:,.0f}",

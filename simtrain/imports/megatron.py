@@ -30,6 +30,7 @@ from simtrain.imports.common import SHOWN_NAMES, Fields, Options, cluster_sectio
 from simtrain.imports.megatron_args import NAMES as MEGATRON_ARGS
 from simtrain.imports.shell import Script, ShellError, Word, run_script
 from simtrain.spec.files import TreeError, parse_yaml, read_text
+from simtrain.spec.loading import ub_cfg_problems
 from simtrain.spec.scenario import UB_GEMMS
 
 # flags that take no value (store_true / store_false in Megatron's argument parser); every
@@ -246,7 +247,8 @@ def ub_cfg(file: str, cfg_path: str, errs: Collector) -> dict[str, Any] | None:
     set_sm_margin, aggregate, atomic_gemm, fp8_buf) -> parallel.tp_comm_overlap_cfg. The path is
     taken from the script's directory, then the current one; a file that is not there is
     reported, and TE's defaults are timed."""
-    where = [Path(cfg_path)] if Path(cfg_path).is_absolute() else [Path(file).parent / cfg_path, Path(cfg_path)]
+    where = [Path(cfg_path)] if Path(cfg_path).is_absolute() else list(dict.fromkeys([Path(file).parent / cfg_path,
+                                                                                     Path(cfg_path)]))
     found = next((q for q in where if q.is_file()), None)
     if found is None:
         warnings.warn(f"{file}: --tp-comm-overlap-cfg {cfg_path}: no such file here (looked in "
@@ -273,6 +275,8 @@ def ub_cfg(file: str, cfg_path: str, errs: Collector) -> dict[str, Any] | None:
             continue
         out[te] = {k: entry[k] for k in ("method", "num_sm", "num_splits") if k in entry}
         untimed |= set(entry) - {"method", "num_sm", "num_splits"}
+    for key, problem, fix in ub_cfg_problems(out):
+        errs.add("--tp-comm-overlap-cfg", f"{found}: {key}: {problem}", fix)
     if untimed:
         warnings.warn(f"{file}: --tp-comm-overlap-cfg {found}: {', '.join(sorted(untimed))} are not timed (method, "
                       "num_sm and num_splits are)", stacklevel=3)

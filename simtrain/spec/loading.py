@@ -504,7 +504,8 @@ def attribute_overrides(err: ConfigError, file: str, overrides: Iterable[str] | 
         return err
     out = []
     for p in err.problems:
-        hit = next((ov for key, ov in given.items() if p.path == key or p.path.startswith(key + ".")), None)
+        hit = next((ov for key, ov in given.items() if p.path == key or p.path.startswith(key + ".")
+                    or (p.problem == "unknown key" and key.startswith(p.path + "."))), None)
         out.append(Problem(f"{file} (--set {hit[:120]})", p.path, p.problem, p.fix) if p.file == file and hit else p)
     return ConfigError(out)
 
@@ -552,10 +553,16 @@ def build_scenario(raw: dict, path: Path, errs: Collector,
     if cluster and parallel and parallel.get("tp_comm_overlap") == "userbuffers" and (parallel.get("tp") or 1) > 1:
         kinds = [cluster.get("device")] + [d for _, d in cluster.get("mixed") or ()]
         for k in dict.fromkeys(k for k in kinds if k in devices.preset_names()):
-            if not devices.get_device(k).sms:
+            sms = devices.get_device(k).sms
+            if not sms:
                 errs.add("parallel.tp_comm_overlap", f"device {k} has no published SM count, and the overlapped GEMMs "
                          "are timed on the SMs the communication kernels leave them",
                          "set tp_comm_overlap: async_tp (copy-engine transfers, no SMs held) or none for this device")
+                continue
+            for te, g in (parallel.get("tp_comm_overlap_cfg") or {}).items():
+                if isinstance(g, dict) and isinstance(g.get("num_sm"), int) and g["num_sm"] >= sms:
+                    errs.add(f"parallel.tp_comm_overlap_cfg.{te}.num_sm", f"{g['num_sm']} SMs for the communication "
+                             f"kernels leave {te}'s GEMM none of {k}'s {sms}", f"use fewer than {sms}")
     if cluster is not None:
         _resolve_memory(cluster, _capacities(cluster), errs)
     if cluster and cluster.get("topology"):
@@ -934,23 +941,33 @@ def _check_op_recompute(model, training, p, errs: Collector) -> None:
                  "set parallel.tp_comm_overlap: none, or " + fix[4:])
 
 
-def _check_ub_cfg(p: dict, errs: Collector) -> None:
-    """parallel.tp_comm_overlap_cfg: each GEMM takes the methods Transformer Engine offers it
-    (initialize_ub: the all-gathers run as ring exchange, the forward reduce-scatters pipelined or
-    as ring exchange, QKV's and fc1's dgrad and wgrad in bulk); num_splits is a pipeline's."""
-    cfg = p.get("tp_comm_overlap_cfg") or {}
+def ub_cfg_problems(cfg: dict) -> list[tuple[str, str, str]]:
+    """(key below the GEMM, problem, fix) for each entry of a tp_comm_overlap_cfg mapping that
+    Transformer Engine would not run: each GEMM takes the methods TE offers it (initialize_ub: the
+    all-gathers run as ring exchange, the forward reduce-scatters pipelined or as ring exchange,
+    QKV's and fc1's dgrad and wgrad in bulk); num_splits is a pipeline's."""
     allowed = {"proj_fprop": ("pipeline", "ring_exchange"), "fc2_fprop": ("pipeline", "ring_exchange")}
+    out = []
     for te in UB_GEMMS:
         g = cfg.get(te) or {}
+        if not isinstance(g, dict):
+            continue
         ok = allowed.get(te, ("bulk",) if te in ("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad") else ("ring_exchange",))
         method = g.get("method") or "default"
-        key = f"parallel.tp_comm_overlap_cfg.{te}"
         if method not in ("default", *ok):
-            errs.add(f"{key}.method", f"{te} does not run as {method} (Transformer Engine offers it {' or '.join(ok)})",
-                     f"use {' or '.join(ok)}, or default")
-        if g.get("num_splits") is not None and (method if method != "default" else ok[0]) != "pipeline":
-            errs.add(f"{key}.num_splits", f"applies to a pipelined overlap; {te} runs as {method if method != 'default' else ok[0]}",
-                     "remove num_splits, or set method: pipeline")
+            out.append((f"{te}.method", f"{te} does not run as {method} (Transformer Engine offers it {' or '.join(ok)})",
+                        f"use {' or '.join(ok)}, or default"))
+        runs = method if method != "default" else ok[0]
+        if g.get("num_splits") is not None and runs != "pipeline":
+            out.append((f"{te}.num_splits", f"applies to a pipelined overlap; {te} runs as {runs}",
+                        "remove num_splits" + (", or set method: pipeline" if "pipeline" in ok else "")))
+    return out
+
+
+def _check_ub_cfg(p: dict, errs: Collector) -> None:
+    """parallel.tp_comm_overlap_cfg: the rules of `ub_cfg_problems`."""
+    for key, problem, fix in ub_cfg_problems(p.get("tp_comm_overlap_cfg") or {}):
+        errs.add(f"parallel.tp_comm_overlap_cfg.{key}", problem, fix)
 
 
 def _warn_unused(raw: dict, training: dict | None, parallel: dict | None, path: Path) -> None:
