@@ -265,7 +265,7 @@ def h100_scenario(r: dict, profile: str | None = H100_PROFILE, fusions: dict | N
     if r.get("async_tp"):
         parallel["tp_comm_overlap"] = "async_tp"           # torchtitan's enable_async_tensor_parallel
     for key in ("tp_comm_overlap", "tp_comm_overlap_cfg", "account_for_embedding_in_pipeline_split",
-                "account_for_loss_in_pipeline_split"):
+                "account_for_loss_in_pipeline_split", "overlap_param_gather", "bucket_size_params"):
         if r.get(key):
             parallel[key] = r[key]
     cluster = {"device": H100_DEVICE, "topology": H100_TOPOLOGY, "nodes": max(1, r["gpus"] // 8)}
