@@ -38,6 +38,7 @@ from simtrain.program.lowering import Lowering
 from simtrain.program.optimizer import steady_step_time
 from simtrain.results.attribution import KINDS, attribute
 from simtrain.results.critical_path import critical_path
+from simtrain.results.kinds import compute_by_kind, device_time_by_kind
 from simtrain.results.memory import (  # noqa: F401 (re-exported)
     budget_of,
     capacity_of,
@@ -323,6 +324,9 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
     budget = budget_of(sc.cluster, dev.memory_bytes)
     crit = max(classes, key=lambda c: (attr[c.id]["compute_s"], -c.id))
     ca = attr[crit.id]
+    by_dev = device_time_by_kind(sched, crit.stage, work_of(crit.ep_rank), low.costs_of(crit))
+    opt_s = sum(o.duration for o in ops if o.cls == crit.id and o.category == "opt" and o.kind == "compute")
+    by_kind = compute_by_kind(by_dev, ca["compute_s"], opt_s)
     bubble_frac = sum(attr[c.id]["bubble_s"] * c.multiplicity for c in classes) / (step * world) if step > 0 else 0.0
     result = StepResult(
         scenario=sc.name,
@@ -347,7 +351,8 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
         precision=sc.training.precision,
         fp8_recipe=sc.training.fp8_recipe if sc.training.precision == "fp8" else None,
         breakdown=Breakdown(rank=crit.ranks[0], stage=crit.stage, compute_s=ca["compute_s"], bubble_s=ca["bubble_s"],
-                            exposed_comm_s={k: ca["exposed"][k] for k in KINDS}),
+                            exposed_comm_s={k: ca["exposed"][k] for k in KINDS}, compute_by_kind_s=by_kind or None,
+                            device_time_by_kind_s={k: by_dev[k] for k in sorted(by_dev)} or None),
         stages=stages,
         memory=memory,
         simulated_classes=len(classes),

@@ -67,6 +67,9 @@ class Breakdown(Section):
     compute_s: float
     bubble_s: float
     exposed_comm_s: dict[str, float]
+    # compute_s split by operator kind in proportion to device time (`results.kinds`), and those device times
+    compute_by_kind_s: dict[str, float] | None = optional()
+    device_time_by_kind_s: dict[str, float] | None = optional()
 
 
 @dataclass(kw_only=True)
