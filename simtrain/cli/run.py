@@ -17,6 +17,7 @@ from simtrain.hardware.topology import Topology
 from simtrain.imports.dispatch import load_foreign
 from simtrain.results.figures import timeline_png
 from simtrain.results.io import check_out_dir, staged_dir, to_json, write_atomic
+from simtrain.results.kinds import LABELS
 from simtrain.results.report import write_report
 from simtrain.results.step import StepResult
 from simtrain.results.trace import chrome_trace
@@ -65,7 +66,7 @@ def summary(r: StepResult, wall: float, sc: Scenario) -> str:
     ]
     if b.compute_by_kind_s:
         # the compute line split by operator kind (results.kinds), largest first, four to a line
-        parts = [f"{k} {fmt_time(v)}" for k, v in sorted(b.compute_by_kind_s.items(), key=lambda kv: -kv[1])]
+        parts = [f"{LABELS[k]} {fmt_time(v)}" for k, v in sorted(b.compute_by_kind_s.items(), key=lambda kv: -kv[1]) if v > 0]
         lines += ["      " + ", ".join(parts[i:i + 4]) + ("," if i + 4 < len(parts) else "") for i in range(0, len(parts), 4)]
     lines += [
         f"    bubble           {fmt_time(b.bubble_s):>10}  {100 * b.bubble_s / step:5.1f} %",

@@ -6,11 +6,11 @@ backward, weight gradients), and the run's compute time split in those proportio
 timeline's compute time also holds host issue gaps and the slowdown of overlapped collectives,
 which belong to no kind: the split spreads them pro rata, and the JSON keeps the device times.
 
-Kinds, by operator (`kind_of`): GEMMs (the linear layers, LM head, router, grouped experts),
-attention (the attention kernels), recompute (whatever re-runs before a backward), norms,
-activations (GeLU, SwiGLU and their backward), rotary, FP8 casts (Transformer Engine's and
-torchao's quantize kernels), loss (the cross entropy), MoE routing (top-k, permute, combine) and
-other memory-bound kernels (residual adds, dropout, embedding, unfused softmax).
+Kinds, by operator (`kind_of`): gemm (the linear layers, LM head, router, grouped experts),
+attention (the attention kernels), recompute (whatever re-runs before a backward), norm,
+activation (GeLU, SwiGLU and their backward), rotary, fp8_cast (Transformer Engine's and
+torchao's quantize kernels), loss (the cross entropy), moe_routing (top-k, permute, combine) and
+other_memory (residual adds, dropout, embedding, unfused softmax); and optimizer, the step's own op.
 """
 from __future__ import annotations
 
@@ -23,36 +23,42 @@ if TYPE_CHECKING:
     from simtrain.cost.roofline import ComputeCostModel
     from simtrain.schedules.registry import Schedule
 
-KINDS = ("GEMMs", "attention", "recompute", "norms", "activations", "rotary", "FP8 casts", "loss", "MoE routing",
-         "other memory-bound")
+KINDS = ("gemm", "attention", "recompute", "norm", "activation", "rotary", "fp8_cast", "loss", "moe_routing",
+         "other_memory")
+"""The kinds, as result.json names them (every kind is present, 0 where the step has none)."""
+
+LABELS = {"gemm": "GEMMs", "attention": "attention", "recompute": "recompute", "norm": "norms",
+          "activation": "activations", "rotary": "rotary", "fp8_cast": "FP8 casts", "loss": "loss",
+          "moe_routing": "MoE routing", "other_memory": "other memory-bound", "optimizer": "optimizer"}
+"""How the run summary names each kind."""
 
 
 def kind_of(op: Op) -> str:
     """The kind an operator's time is reported under.
 
     >>> kind_of(Op("fc1", "gemm", "F", 1.0, 1.0)), kind_of(Op("rmsnorm1/cast.recompute", "memory", "B", 0.0, 1.0))
-    ('GEMMs', 'recompute')
+    ('gemm', 'recompute')
     """
     if op.name.endswith(".recompute"):
         return "recompute"
     if op.kind == "attention":
         return "attention"
     if op.kind == "gemm":
-        return "GEMMs"
+        return "gemm"
     base = op.name.split("/")[0]
     if ".quantize" in base:
-        return "FP8 casts"
+        return "fp8_cast"
     if "norm" in base:
-        return "norms"
+        return "norm"
     if "swiglu" in base or "gelu" in base:
-        return "activations"
+        return "activation"
     if "rotary" in base:
         return "rotary"
     if "cross_entropy" in base:
         return "loss"
     if base.startswith(("router", "permute", "unpermute")):
-        return "MoE routing"
-    return "other memory-bound"
+        return "moe_routing"
+    return "other_memory"
 
 
 def _items_time(items: tuple, device_time, out: dict) -> None:
@@ -68,7 +74,8 @@ def _items_time(items: tuple, device_time, out: dict) -> None:
 
 
 def device_time_by_kind(sched: Schedule, rank: int, work: tuple, costs: ComputeCostModel) -> dict[str, float]:
-    """Seconds of device time per kind that pipeline rank `rank` spends in one step's actions."""
+    """Seconds of device time per kind (every kind of KINDS) that pipeline rank `rank` spends in
+    one step's actions."""
     device_time = getattr(costs, "device_time", None) or costs.duration
     out: dict[str, float] = defaultdict(float)
     for a in sched.actions[rank]:
@@ -84,23 +91,23 @@ def device_time_by_kind(sched: Schedule, rank: int, work: tuple, costs: ComputeC
                 seqs = (lp.recompute, lp.backward)
             for seq in seqs:
                 _items_time(seq, device_time, out)
-    return dict(out)
+    return {k: out.get(k, 0.0) for k in KINDS}
 
 
 def compute_by_kind(device: dict[str, float], compute_s: float, optimizer_s: float = 0.0) -> dict[str, float]:
     """The rank's compute time split by kind in proportion to the kinds' device times, with the
-    optimizer step (its own op on the timeline) as a kind of its own; kinds in KINDS order, those
-    with no time left out.
+    optimizer step (its own op on the timeline) as a kind of its own; every kind of KINDS, then
+    optimizer.
 
-    Worked example: device times GEMMs 3 s, norms 1 s, a compute time of 10 s of which the
-    optimizer is 2 s: the 8 s left split 3 : 1, GEMMs 6 s, norms 2 s.
+    Worked example: device times gemm 3 s, norm 1 s, a compute time of 10 s of which the
+    optimizer is 2 s: the 8 s left split 3 : 1, gemm 6 s, norm 2 s.
 
-    >>> compute_by_kind({"norms": 1.0, "GEMMs": 3.0}, 10.0, 2.0)
-    {'GEMMs': 6.0, 'norms': 2.0, 'optimizer': 2.0}
+    >>> d = compute_by_kind({"norm": 1.0, "gemm": 3.0}, 10.0, 2.0)
+    >>> d["gemm"], d["norm"], d["attention"], d["optimizer"]
+    (6.0, 2.0, 0.0, 2.0)
     """
     rest = max(compute_s - optimizer_s, 0.0)
     total = sum(device.values())
-    out = {k: rest * device[k] / total for k in KINDS if device.get(k, 0.0) > 0} if total > 0 else {}
-    if optimizer_s > 0:
-        out["optimizer"] = optimizer_s
+    out = {k: (rest * device.get(k, 0.0) / total if total > 0 else 0.0) for k in KINDS}
+    out["optimizer"] = optimizer_s
     return out
