@@ -238,3 +238,27 @@ def test_result_names_the_recipe_and_a_typo_gets_a_suggestion(tmp_path, capsys):
     assert main(["run", str(scenario(tmp_path, recipe="delayd"))]) == 2
     err = capsys.readouterr().err
     assert "training.fp8_recipe" in err and "did you mean delayed?" in err
+
+
+def test_grouped_expert_gemms_quantize_every_local_expert(tmp_path):
+    """An MoE layer's grouped GEMMs run all local experts in one kernel (the op's shape is one
+    expert's share), so the quantize kernels cover every row and every expert's weight. By hand,
+    ep 1 (E = 4 local experts), top-2 uniform routing, T = S tokens, so R = 2·T rows; delayed
+    scaling (4 bytes per element, none of the expert linears is norm-fed), M = 4 microbatches:
+      forward   gate-up input R·H, down input R·F; weights E·(2F·H + H·F) / M
+      backward  output gradients of down R·H and of gate-up R·2F
+    and the forward gate-up GEMM reads R·H + E·2F·H FP8 bytes and writes R·2F 16-bit ones."""
+    path = scenario(tmp_path, recipe="delayed")
+    doc = yaml.safe_load(path.read_text())
+    doc["model"]["moe"] = {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": F}
+    path.write_text(yaml.safe_dump(doc))
+    sc, _ = load_scenario(path)
+    lp = build_workload(sc, 1)[0].layers[0]
+    E, R, M = 4, 2 * S, sc.num_microbatches
+    q = 4.0
+    cast = lambda items: sum(o.bytes for o in ops(items) if o.name.startswith("experts.") and ".quantize_" in o.name)  # noqa: E731
+    assert cast(lp.forward) == pytest.approx(q * (R * H + R * F + E * (2 * F * H + H * F) / M))
+    assert cast(lp.backward) == pytest.approx(q * (R * H + R * 2 * F))
+    up = next(o for o in ops(lp.forward) if o.name == "experts.fc1_gate_up")
+    assert (up.group, up.shape) == (E, (R / E, 2 * F, H))
+    assert up.bytes == pytest.approx(R * H + E * 2 * F * H + 2 * R * 2 * F)

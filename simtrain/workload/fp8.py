@@ -31,10 +31,12 @@ Recipes (TE's `transformer_engine.common.recipe` classes; Megatron-LM `--fp8-rec
              both layouts with an fp32 scale per 128 values in each (2 + 2 x (1 + 4/128) bytes)
   mxfp8      MXFP8BlockScaling (Blackwell only): 32-element blocks with one-byte E8M0 scales,
              both layouts (2 + 2 x (1 + 1/32) bytes)
+A grouped expert GEMM (one kernel over the local experts, `Op.group`) quantizes every row it
+runs and every local expert's weight. Under sequence parallelism the gathered inputs and output
+gradients are quantized on their shards and gathered in FP8 (`with_casts`).
 Not counted: the amax all-reduce of delayed scaling (a few kilobytes per microbatch over the
-amax-reduction group), the norm's narrower FP8 write under delayed scaling (1 byte per element
-less than simtrain's 16-bit norm), and that TE gathers sequence-parallel inputs in FP8 (the
-tensor-parallel collectives keep their 16-bit sizes): each leaves FP8 steps slightly pessimistic.
+amax-reduction group) and the norm's narrower FP8 write under delayed scaling (1 byte per element
+less than simtrain's 16-bit norm): each leaves FP8 steps slightly pessimistic.
 """
 from __future__ import annotations
 
@@ -43,24 +45,24 @@ from dataclasses import replace
 from simtrain.spec.scenario import FP8_RECIPES as RECIPES  # noqa: F401  (TE's DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling)
 from simtrain.workload.ir import ACT_BYTES, Comm, Op, Ring
 
-_Q = 1.0                  # FP8 bytes per element, per layout
+Q = 1.0                  # FP8 bytes per element, per layout
 # the block recipes' scale bytes per element: an fp32 scale per 128 values (blockwise), a one-byte
 # E8M0 scale per 32 (mxfp8)
 SCALE = {"blockwise": 4 / 128, "mxfp8": 1 / 32}
 # recipe -> kernels of one quantize of a 16-bit tensor into both FP8 layouts:
 # ((step, kernel class, bytes per element), ...)
 QUANTIZE: dict = {
-    "delayed": (("cast_transpose", "elementwise", ACT_BYTES + 2 * _Q),),
-    "current": (("amax", "elementwise", ACT_BYTES), ("cast_transpose", "elementwise", ACT_BYTES + 2 * _Q)),
-    **{r: (("quantize", "elementwise", ACT_BYTES + 2 * (_Q + s)),) for r, s in SCALE.items()},
+    "delayed": (("cast_transpose", "elementwise", ACT_BYTES + 2 * Q),),
+    "current": (("amax", "elementwise", ACT_BYTES), ("cast_transpose", "elementwise", ACT_BYTES + 2 * Q)),
+    **{r: (("quantize", "elementwise", ACT_BYTES + 2 * (Q + s)),) for r, s in SCALE.items()},
 }
 # the per-tensor recipes into the rowwise layout alone (a shard quantized before its all-gather)
 ROWWISE: dict = {
-    "delayed": (("cast", "elementwise", ACT_BYTES + _Q),),
-    "current": (("amax", "elementwise", ACT_BYTES), ("cast", "elementwise", ACT_BYTES + _Q)),
+    "delayed": (("cast", "elementwise", ACT_BYTES + Q),),
+    "current": (("amax", "elementwise", ACT_BYTES), ("cast", "elementwise", ACT_BYTES + Q)),
 }
 # the columnwise copy made from FP8 rows (a gathered tensor, or a norm's FP8 output): read 1, write 1
-TRANSPOSE = (("transpose", "elementwise", 2 * _Q),)
+TRANSPOSE = (("transpose", "elementwise", 2 * Q),)
 BLOCK = tuple(SCALE)
 TORCHAO = ("torchao_tensorwise", "torchao_rowwise")
 # torchao float8: each operand cast for each GEMM that reads it, from the 16-bit tensor autograd
@@ -90,7 +92,7 @@ def gather_factor(recipe: str) -> float:
     their scales (their columnwise blocks cannot be made from the gathered rows)."""
     if recipe in TORCHAO:
         return 1.0           # simtrain keeps torchao's tensor-parallel gathers 16-bit
-    return (2 * stored_bytes(recipe) if recipe in BLOCK else _Q) / ACT_BYTES
+    return (2 * stored_bytes(recipe) if recipe in BLOCK else Q) / ACT_BYTES
 
 
 def stored_bytes(recipe: str) -> float:
@@ -98,12 +100,12 @@ def stored_bytes(recipe: str) -> float:
     columnwise copy with its scales; torchao's 16-bit input."""
     if recipe in TORCHAO:
         return ACT_BYTES
-    return _Q + SCALE.get(recipe, 0.0)
+    return Q + SCALE.get(recipe, 0.0)
 
 
 def gemm_bytes(m: float, n: float, k: float) -> float:
     """HBM bytes of an FP8 GEMM: FP8 operands, 16-bit output."""
-    return _Q * (m * k + k * n) + ACT_BYTES * m * n
+    return Q * (m * k + k * n) + ACT_BYTES * m * n
 
 
 def quantize_ops(recipe: str, name: str, elements: float, phase: str, norm_fused: bool = False,
@@ -137,27 +139,29 @@ def casts_for(op: Op, recipe: str, microbatches: int, rows: float | None = None,
         return ()
     m, n, k = op.shape
     m = m if rows is None else rows
+    g = op.group                  # a grouped GEMM's shape is one expert's: its operands are g times that
     base = op.name.split("/")[0]
     if recipe in TORCHAO:
-        return torchao_casts(base, op.phase, m, n, k)
+        return torchao_casts(base, op.phase, m, n, k, g)
     if op.phase == "W":
         return ()
     if op.phase == "F":
         shards = tp_sp if base in GATHERED_INPUT else 1
-        return (quantize_ops(recipe, base + ".quantize_input", m * k, "F", base in NORM_FED, shards)
-                + quantize_ops(recipe, base + ".quantize_weight", n * k / microbatches, "F"))
+        return (quantize_ops(recipe, base + ".quantize_input", g * m * k, "F", base in NORM_FED, shards)
+                + quantize_ops(recipe, base + ".quantize_weight", g * n * k / microbatches, "F"))
     shards = tp_sp if base.removesuffix(".dgrad") in GATHERED_GRAD else 1
-    return quantize_ops(recipe, base + ".quantize_grad", m * k, "B", shards=shards)
+    return quantize_ops(recipe, base + ".quantize_grad", g * m * k, "B", shards=shards)
 
 
-def torchao_casts(base: str, phase: str, m: float, n: float, k: float) -> tuple:
+def torchao_casts(base: str, phase: str, m: float, n: float, k: float, group: int = 1) -> tuple:
     """torchao float8 (`Float8Linear`): autograd keeps the 16-bit input and weight, and each GEMM
     casts its own FP8 operands (amax, then cast; `TORCHAO_CAST`): the forward its input (m x k)
     and weight (n x k), the input-gradient GEMM (m x k x n) the output gradient and the weight
     again, the weight-gradient GEMM (k x n x m) the output gradient's transpose and the input
-    again. Nothing is cached across microbatches."""
+    again. Nothing is cached across microbatches. `group`: the experts of a grouped GEMM whose
+    shape is one expert's (every operand is `group` times as large)."""
     def ops(name, elements, ph):
-        return _launches(name, TORCHAO_CAST, elements, ph)
+        return _launches(name, TORCHAO_CAST, group * elements, ph)
     if phase == "F":
         return ops(base + ".quantize_input", m * k, "F") + ops(base + ".quantize_weight", n * k, "F")
     if phase == "B":                       # shape (m, k_in, n_out)

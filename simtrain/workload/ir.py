@@ -25,6 +25,7 @@ class Op:
     shape: tuple = ()      # gemm: (m, n, k); attention: (seq, causal)
     model_flops: float = 0.0   # FLOPs counted by the model-FLOP accounting (recompute excluded)
     dtype: str = ""            # gemm: its input precision (fp8, bf16); "" for the cost model's own
+    group: int = 1             # gemm: experts sharing one grouped-GEMM kernel (`shape` is one expert's share)
 
 
 @dataclass(frozen=True)

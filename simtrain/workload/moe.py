@@ -20,6 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from simtrain.spec.scenario import Scenario
+from simtrain.workload import fp8
 from simtrain.workload.base import LayerDims
 from simtrain.workload.ir import ACT_BYTES, Comm, Op
 
@@ -129,16 +130,20 @@ def rank_shares(shares: tuple, ep: int) -> list:
 
 
 def _grouped(o: Op, experts: int) -> Op:
-    """A grouped GEMM over `experts` local experts: the total FLOPs and bytes, the shape of one
-    expert's share (m split evenly) for the efficiency lookup."""
-    if o.kind != "gemm":
+    """A grouped GEMM over `experts` local experts: the total FLOPs, the shape of one expert's
+    share (m split evenly) for the efficiency lookup, and every expert's weight in the bytes. The
+    GEMM came from `ffn` over all rows with one expert's weight, so the other experts' weights
+    (forward, input gradient: n x k) or weight gradients (wgrad: m x n) are added."""
+    if o.kind != "gemm" or experts <= 1:
         return o
     m, n, k = o.shape
     if o.phase == "W":
         shape = (m, n, k / experts)       # wgrad: k x n x rows
+        extra = ACT_BYTES * m * n
     else:
         shape = (m / experts, n, k)
-    return replace(o, shape=shape)
+        extra = (fp8.Q if o.dtype == "fp8" else ACT_BYTES) * n * k
+    return replace(o, shape=shape, bytes=o.bytes + (experts - 1) * extra, group=experts)
 
 
 class MoELayers(LayerDims):
