@@ -64,10 +64,9 @@ def summary(r: StepResult, wall: float, sc: Scenario) -> str:
         f"  where the step goes (rank {b.rank}, stage {b.stage}, the busiest):",
         f"    compute          {fmt_time(b.compute_s):>10}  {100 * b.compute_s / step:5.1f} %",
     ]
-    if b.compute_by_kind_s:
-        # the compute line split by operator kind (results.kinds), largest first, four to a line
-        parts = [f"{LABELS[k]} {fmt_time(v)}" for k, v in sorted(b.compute_by_kind_s.items(), key=lambda kv: -kv[1]) if v > 0]
-        lines += ["      " + ", ".join(parts[i:i + 4]) + ("," if i + 4 < len(parts) else "") for i in range(0, len(parts), 4)]
+    # the compute line split by operator kind (results.kinds), largest first, four to a line
+    parts = [f"{LABELS[k]} {fmt_time(v)}" for k, v in sorted(b.compute_by_kind_s.items(), key=lambda kv: -kv[1]) if v > 0]
+    lines += ["      " + ", ".join(parts[i:i + 4]) + ("," if i + 4 < len(parts) else "") for i in range(0, len(parts), 4)]
     lines += [
         f"    bubble           {fmt_time(b.bubble_s):>10}  {100 * b.bubble_s / step:5.1f} %",
     ]

@@ -68,8 +68,8 @@ class Breakdown(Section):
     bubble_s: float
     exposed_comm_s: dict[str, float]
     # compute_s split by operator kind in proportion to device time (`results.kinds`), and those device times
-    compute_by_kind_s: dict[str, float] | None = optional()
-    device_time_by_kind_s: dict[str, float] | None = optional()
+    compute_by_kind_s: dict[str, float]
+    device_time_by_kind_s: dict[str, float]
 
 
 @dataclass(kw_only=True)

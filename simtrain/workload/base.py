@@ -89,7 +89,7 @@ class LayerDims:
         """`replicated`: every tensor-parallel rank runs the same GEMM, so the model-FLOP count
         takes it once (1/tp per rank). `dtype` fp8: FP8 operands (1 byte), 16-bit output."""
         fl = 2.0 * m * n * k
-        by = fp8.gemm_bytes(m, n, k) if dtype == "fp8" else ACT_BYTES * (m * k + k * n + m * n)
+        by = fp8.gemm_bytes(m, n, k, dtype)
         return Op(name, "gemm", phase, fl, by, (m, n, k), fl / self.tp if replicated else fl, dtype)
 
     @property

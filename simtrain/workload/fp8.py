@@ -103,9 +103,14 @@ def stored_bytes(recipe: str) -> float:
     return Q + SCALE.get(recipe, 0.0)
 
 
-def gemm_bytes(m: float, n: float, k: float) -> float:
-    """HBM bytes of an FP8 GEMM: FP8 operands, 16-bit output."""
-    return Q * (m * k + k * n) + ACT_BYTES * m * n
+def operand_bytes(dtype: str) -> float:
+    """Bytes per element of a GEMM's input operand: 1 for FP8, else 16-bit."""
+    return Q if dtype == "fp8" else ACT_BYTES
+
+
+def gemm_bytes(m: float, n: float, k: float, dtype: str = "fp8") -> float:
+    """HBM bytes of a GEMM (m x n x k): its two operands at `dtype`, its 16-bit output."""
+    return operand_bytes(dtype) * (m * k + k * n) + ACT_BYTES * m * n
 
 
 def quantize_ops(recipe: str, name: str, elements: float, phase: str, norm_fused: bool = False,

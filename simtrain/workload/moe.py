@@ -142,7 +142,7 @@ def _grouped(o: Op, experts: int) -> Op:
         extra = ACT_BYTES * m * n
     else:
         shape = (m / experts, n, k)
-        extra = (fp8.Q if o.dtype == "fp8" else ACT_BYTES) * n * k
+        extra = fp8.operand_bytes(o.dtype) * n * k
     return replace(o, shape=shape, bytes=o.bytes + (experts - 1) * extra, group=experts)
 
 
