@@ -92,6 +92,7 @@ def test_op_sits_between_selective_and_full_in_compute(tmp_path):
 @pytest.mark.parametrize("extra,needle", [
     ({"model": {"moe": {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 128}}}, "MoE"),
     ({"flash_attention": False}, "flash_attention: true"),
+    ({"model": {"architecture": "gpt"}}, "GPT layer"),
 ])
 def test_op_is_refused_where_it_is_not_modelled(tmp_path, extra, needle):
     with pytest.raises(ConfigError, match="training.recompute") as e:
@@ -175,3 +176,15 @@ def test_one_flag_short_of_an_even_split_suggests_the_other(tmp_path):
         load_scenario(_pp_doc(tmp_path, 14, 4, 2, account_for_embedding_in_pipeline_split=True,
                               account_for_loss_in_pipeline_split="yes"))
     assert len(e.value.problems) == 1 and "expected true or false" in str(e.value)
+
+
+def test_split_flags_without_a_pipeline_warn(tmp_path):
+    """At pp 1 there is no pipeline split for the flags to change: the run goes on, with a warning."""
+    doc = {"name": "split", "model": {"preset": "llama3-8b", "seq_length": 1024},
+           "training": {"micro_batch_size": 1, "global_batch_size": 8},
+           "parallel": {"tp": 1, "pp": 1, "dp": 8, "account_for_embedding_in_pipeline_split": True},
+           "cluster": {"device": "h100-sxm5-80gb", "topology": "dgx-h100", "nodes": 1}}
+    p = tmp_path / "split.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    with pytest.warns(UserWarning, match="account_for_embedding_in_pipeline_split has no effect with pp 1"):
+        load_scenario(p)

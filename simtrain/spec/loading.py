@@ -760,9 +760,9 @@ def _check_stages(p, L, training, errs: Collector, encoder_stages: int = 0) -> N
         elif n % S:
             counted = " and ".join(what_acc[k] for k in acc)
             other = next(k for k in what_acc if k not in acc) if len(acc) == 1 else None
-            fix = (f"set parallel.{other}: true as well ({L + 2} = {(L + 2) // S} x {S}), or give parallel.layers_per_stage"
-                   if other and (L + 2) % S == 0 and (L + 2) // S >= 2 else
-                   f"choose pp/vpp so that {n} divides evenly, or give parallel.layers_per_stage")
+            fix = (f"set parallel.{other}: true as well ({L + 2} = {(L + 2) // S} x {S}), or remove the flag and give "
+                   "parallel.layers_per_stage" if other and (L + 2) % S == 0 and (L + 2) // S >= 2 else
+                   f"choose pp/vpp so that {n} divides evenly, or remove the flag and give parallel.layers_per_stage")
             errs.add(f"parallel.{acc[0]}", f"{L} layers plus 1{' each' if len(acc) == 2 else ''} for {counted} make {n}, "
                      f"which does not divide into {what}", fix)
         elif n // S < 2 and S > 1:
@@ -930,8 +930,13 @@ def _check_op_recompute(model, training, p, errs: Collector) -> None:
     fix = "use training.recompute: selective or full"
     if model is not None and (model.get("moe") is not None or model.get("mla") is not None):
         what = "MoE" if model.get("moe") is not None else "MLA"
+        how = "grouped expert GEMMs" if what == "MoE" else "latent (MLA) projections"
         errs.add("training.recompute", f"op (torchtitan's op-level checkpointing) is modelled for dense attention + MLP "
-                 f"layers; this model's {what} layers run grouped or latent matmuls the policy counts differently", fix)
+                 f"layers; this model's {what} layers run {how}, which the policy counts differently", fix)
+    elif model is not None and model.get("architecture") == "gpt":
+        errs.add("training.recompute", "op (torchtitan's op-level checkpointing) is modelled for torchtitan's Llama "
+                 "layers (RMSNorm, SwiGLU, rotary); a GPT layer's biases, GeLU and dropout keep tensors it does not count",
+                 fix)
     if training.get("flash_attention") is False:
         errs.add("training.recompute", "op keeps the output of torchtitan's fused attention kernel (SDPA), so it needs "
                  "training.flash_attention: true", "set training.flash_attention: true, or " + fix[4:])
@@ -973,7 +978,7 @@ def _check_ub_cfg(p: dict, errs: Collector) -> None:
 def _warn_unused(raw: dict, training: dict | None, parallel: dict | None, path: Path) -> None:
     """Warns of keys the file sets that the run it describes does not use, as Megatron-LM switches
     them off: an FP8 recipe on a 16-bit run, sequence parallelism and tensor-parallel overlap
-    without tensor parallelism. Only keys the file (or an override) gives are named."""
+    without tensor parallelism, Megatron-core's pipeline-split flags without a pipeline. Only keys the file (or an override) gives are named."""
     given_t = raw.get("training") if isinstance(raw.get("training"), dict) else {}
     given_p = raw.get("parallel") if isinstance(raw.get("parallel"), dict) else {}
     if training and "fp8_recipe" in given_t and training.get("precision") != "fp8":
@@ -984,6 +989,11 @@ def _warn_unused(raw: dict, training: dict | None, parallel: dict | None, path: 
         warnings.warn(f"{path}: parallel.tp_comm_overlap_cfg applies only with parallel.tp_comm_overlap: userbuffers; "
                       f"this run has {parallel.get('tp_comm_overlap')} (set tp_comm_overlap: userbuffers to use it, or "
                       "remove it)", stacklevel=3)
+    if parallel and (parallel.get("pp") or 1) == 1:
+        for k in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+            if given_p.get(k) is True:
+                warnings.warn(f"{path}: parallel.{k} has no effect with pp 1: there is no pipeline split; "
+                              "set parallel.pp > 1 to use it, or remove it", stacklevel=3)
     if parallel and (parallel.get("tp") or 1) == 1:
         if given_p.get("sequence_parallel"):
             warnings.warn(f"{path}: parallel.sequence_parallel has no effect with tp 1 (Megatron-LM switches it off); "
