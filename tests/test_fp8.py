@@ -262,3 +262,24 @@ def test_grouped_expert_gemms_quantize_every_local_expert(tmp_path):
     up = next(o for o in ops(lp.forward) if o.name == "experts.fc1_gate_up")
     assert (up.group, up.shape) == (E, (R / E, 2 * F, H))
     assert up.bytes == pytest.approx(R * H + E * 2 * F * H + 2 * R * 2 * F)
+
+
+@pytest.mark.parametrize("recipe,q", [("delayed", 1.0), ("blockwise", 1 + 4 / 128), ("torchao_tensorwise", 2.0)])
+def test_deferred_weight_gradient_keeps_fp8_operands_of_every_local_expert(tmp_path, recipe, q):
+    """What a deferred W (zero-bubble schedules, DualPipe) keeps of an MoE layer: each wgrad GEMM's
+    input X and output gradient dY. By hand, tp 1, T = S tokens, GQA (q H wide, k and v G·D each),
+    E = 4 local experts, top-2 uniform routing, R = 2·T rows:
+      qkv T·(H + H + 2·G·D), attn_out T·(H + H), router T·(H + E) at 2 bytes (a 16-bit GEMM),
+      experts' gate-up R·(H + 2F) and down R·(F + H) over all local experts' rows.
+    The FP8 GEMMs keep Transformer Engine's columnwise FP8 copies: q bytes per element (1, with
+    blockwise's fp32 scale per 128 values 1 + 4/128); torchao keeps the 16-bit tensors (2)."""
+    path = scenario(tmp_path, recipe=recipe)
+    doc = yaml.safe_load(path.read_text())
+    doc["model"]["moe"] = {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": F}
+    path.write_text(yaml.safe_dump(doc))
+    sc, _ = load_scenario(path)
+    lp = build_workload(sc, 1)[0].layers[0]
+    T, E = S, 4
+    R = 2 * T
+    fp8_elems = T * (2 * H + 2 * G * D) + T * 2 * H + R * (H + 2 * F) + R * (F + H)
+    assert lp.weight_grad_inputs == pytest.approx(q * fp8_elems + 2 * T * (H + E))

@@ -80,6 +80,8 @@ class LayerDims:
         # FP8 as Transformer Engine runs it (`fp8`): TE linears in FP8, the rest 16-bit
         self.fp8 = t.precision == "fp8"
         self.fp8_recipe = t.fp8_recipe
+        # bytes per element of each operand a deferred FP8 weight-gradient GEMM keeps (`with_split`)
+        self.wgrad_kept = fp8.stored_bytes(t.fp8_recipe) if self.fp8 else ACT_BYTES
         self.moe = None if encoder else m.moe
         self.ep, self.etp = p.ep, p.etp
         self._layers: dict = {}

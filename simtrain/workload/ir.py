@@ -106,7 +106,7 @@ class LayerProgram:
     weight_grad_inputs: float = 0.0   # bytes a deferred W keeps alive: each wgrad GEMM's input and output gradient
 
 
-def with_split(lp: LayerProgram, hidden: int = 0, seq_shard: int = 1) -> LayerProgram:
+def with_split(lp: LayerProgram, hidden: int = 0, seq_shard: int = 1, fp8_kept: float = ACT_BYTES) -> LayerProgram:
     """Fills the B / W split of a layer program (for schedules that defer W, Qi et al. ICLR'24).
 
     A weight-gradient GEMM dW = X^T dY (shape k x n x m, m = tokens) needs the layer input X
@@ -114,7 +114,11 @@ def with_split(lp: LayerProgram, hidden: int = 0, seq_shard: int = 1) -> LayerPr
     Worked example (GPT, no TP, T tokens): qkv T(h+3h) + attn_out T(h+h) + fc1 T(h+4h) +
     fc2 T(4h+h) = 16·T·h elements, 32·T·h bytes (the paper's M_W = 32sbh, Table 1).
     With sequence parallelism a hidden-size-wide tensor is kept sequence-sharded (1/seq_shard) and
-    gathered again for the wgrad GEMM, as Megatron does, so those terms divide by tp."""
+    gathered again for the wgrad GEMM, as Megatron does, so those terms divide by tp.
+    A grouped expert GEMM (`Op.group` experts, `shape` one expert's share) keeps every local
+    expert's X and dY. An FP8 wgrad GEMM reads the columnwise FP8 copies of X and dY that the
+    forward and the input-gradient GEMM made, so deferring it keeps those: `fp8_kept` bytes per
+    element (Transformer Engine's copy with its scales; 2 where the recipe keeps 16-bit operands)."""
     b_items, w_ops = [], []
     for it in lp.backward:
         if isinstance(it, Ring) and it.mode == "bulk" and all(o.phase == "W" for o in it.segment):
@@ -131,7 +135,10 @@ def with_split(lp: LayerProgram, hidden: int = 0, seq_shard: int = 1) -> LayerPr
             b_items.append(b)
     def width(d):
         return d / seq_shard if d == hidden else d
-    kept = sum(ACT_BYTES * o.shape[2] * (width(o.shape[0]) + width(o.shape[1])) for o in w_ops if o.kind == "gemm")
+    def per_element(o):
+        return fp8_kept if o.dtype == "fp8" else ACT_BYTES
+    kept = sum(per_element(o) * o.group * o.shape[2] * (width(o.shape[0]) + width(o.shape[1]))
+               for o in w_ops if o.kind == "gemm")
     return LayerProgram(lp.forward, lp.backward, lp.recompute, tuple(b_items),
                         (tuple(w_ops),) if w_ops else (), kept)
 

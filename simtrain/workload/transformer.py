@@ -72,7 +72,7 @@ class LayerBuilder(Attention, MoELayers, EncoderProjector, Memory):
         else:
             recompute = ()
         t = self.tp
-        return with_split(LayerProgram(fwd_items, bwd_items, recompute), self.h, t if self.sp else 1)
+        return with_split(LayerProgram(fwd_items, bwd_items, recompute), self.h, t if self.sp else 1, self.wgrad_kept)
 
     def op_recompute(self, fwd_items: tuple) -> tuple:
         """What torchtitan's op-level selective checkpointing re-runs before a layer's backward
