@@ -192,6 +192,8 @@ CASES = [
     Case("spines-1e9", "scale_out.spines", "<=", limit=True, topo=(("scale_out.spines", "1000000000"),)),
     Case("torus-dims-1e5", "dims", "", limit=True, topology=TORUS, topo=(("dims", "[100000, 100000, 100000]"),),
          set=(("cluster.nodes", "16"), ("parallel.dp", "4"))),
+    Case("hidden-size-negative-example-is-a-hidden-size", "model.hidden_size", "write e.g. `4096`",
+         set=(("model.hidden_size", "-5"),)),
     Case("num-layers-1e6", "model.num_layers", "<=", limit=True, set=(("model.num_layers", "1000000"),)),
     Case("global-batch-4e6", "training.global_batch_size", "<=", limit=True, set=(("training.global_batch_size", "4000000"),)),
     Case("nodes-1e7", "cluster.nodes", "<=", limit=True, set=(("cluster.nodes", "10000000"), ("parallel.dp", "10000000"))),
@@ -223,6 +225,9 @@ CASES = [
     Case("set-unknown-key-named-by-its-argument", "parallel.tp_comm_overlap_cfg.fc3_fprop",
          "(--set parallel.tp_comm_overlap_cfg.fc3_fprop.method=bulk): parallel.tp_comm_overlap_cfg.fc3_fprop: unknown key",
          argv=("--set", "parallel.tp_comm_overlap_cfg.fc3_fprop.method=bulk")),
+    # a rule of another key that names the overridden one: still the argument's
+    Case("set-value-named-by-the-rule-it-breaks", "parallel.pp", "(--set model.num_layers=7): parallel.pp: num_layers=7",
+         argv=("--set", "model.num_layers=7")),
     Case("set-joined-keys-value-count", "--set parallel.tp+parallel.pp", "2 keys", argv=("--set", "parallel.tp+parallel.pp=1+2+3")),
     Case("set-empty-key-part", "--set parallel..tp", "empty", argv=("--set", "parallel..tp=2")),
     Case("set-schedule-csv-missing-from-cwd", "parallel.schedule_csv", "", argv=("--set", "parallel.schedule_csv=nope.csv")),

@@ -197,6 +197,21 @@ def test_a_failure_while_writing_leaves_out_as_it_was(ctx, capsys, monkeypatch):
     assert sorted(p.name for p in out.iterdir()) == sorted(run_cli.OUT_FILES)
 
 
+def test_a_refused_run_into_a_used_out_says_its_files_are_an_earlier_runs(ctx, capsys):
+    """A run refused before it writes leaves --out as it was, and says that what is there is not
+    this run's; into an empty or new directory the error stands alone."""
+    out = Path(ctx["t"]) / "used"
+    assert main(["run", ctx["sc"], "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert main(["run", ctx["sc"], "--out", str(out), "--set", "parallel.tp=0"]) == 2
+    err = capsys.readouterr().err
+    assert f"nothing was written: {out}/ keeps the files of an earlier run (run_info.json there names that run)" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert main(["run", ctx["sc"], "--out", str(Path(ctx["t"]) / "fresh"), "--set", "parallel.tp=0"]) == 2
+    assert "nothing was written" not in capsys.readouterr().err
+
+
 def test_stale_temporaries_of_a_killed_run_are_removed(ctx, capsys):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -96,8 +96,18 @@ def test_recompute_modules_default_is_core_attention(tmp_path, plain_topology):
 def test_recompute_modules_are_checked(tmp_path, plain_topology):
     with pytest.raises(ConfigError, match="training.recompute_modules: expected a list"):
         _builder(tmp_path, plain_topology, training={"recompute": "selective", "recompute_modules": ["mlp_all"]})
-    with pytest.raises(ConfigError, match="training.recompute_modules: applies to recompute: selective only"):
-        _builder(tmp_path, plain_topology, training={"recompute_modules": ["layernorm"]})
+
+def test_another_recompute_modes_settings_warn_and_are_not_used(tmp_path, plain_topology):
+    """Megatron-LM ignores --recompute-modules outside selective granularity and --recompute-method /
+    --recompute-num-layers outside full: so does the loader, with a warning, and the run is the
+    plain mode's (an override of training.recompute on a file that names modules still runs)."""
+    with pytest.warns(UserWarning, match="training.recompute_modules applies only with training.recompute: selective"):
+        b = _builder(tmp_path, plain_topology, training={"recompute": "full", "recompute_modules": ["layernorm"]})
+    assert b.sc.training.recompute_modules == ("core_attn",)
+    assert "recompute_modules" not in b.sc.resolved()["training"]
+    with pytest.warns(UserWarning, match="training.recompute_num_layers applies only with training.recompute: full"):
+        b = _builder(tmp_path, plain_topology, training={"recompute": "selective", "recompute_num_layers": 2})
+    assert b.sc.training.recompute_num_layers == 1
 
 
 def test_recompute_modules_round_trip(tmp_path, plain_topology):

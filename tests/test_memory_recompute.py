@@ -7,7 +7,6 @@ import pytest
 import yaml
 from conftest import small_scenario
 
-from simtrain.errors import ConfigError
 from simtrain.simulate import simulate
 from simtrain.spec.loading import load_scenario
 from simtrain.workload.build import build_workload
@@ -79,9 +78,13 @@ def test_block_recompute_step_time_lies_between_none_and_full(tmp_path, plain_to
 
 @pytest.mark.parametrize("key,value", [("recompute_method", "block"), ("recompute_num_layers", 2)])
 def test_partial_recompute_needs_full(tmp_path, plain_topology, key, value):
+    """Outside recompute: full the layer choice is unused (Megatron-LM ignores it): a warning, and
+    the run is the selective one."""
     path = small_scenario(tmp_path, plain_topology, training={"recompute": "selective", key: value})
-    with pytest.raises(ConfigError, match=f"training.{key}: applies to recompute: full only"):
-        load_scenario(path)
+    with pytest.warns(UserWarning, match=f"training.{key} applies only with training.recompute: full"):
+        sc, topo = load_scenario(path)
+    plain = small_scenario(tmp_path, plain_topology, training={"recompute": "selective"})
+    assert simulate(sc, topo).result.step_time_s == simulate(*load_scenario(plain)).result.step_time_s
 
 
 def test_partial_recompute_round_trips(tmp_path, plain_topology):

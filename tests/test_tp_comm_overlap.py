@@ -341,6 +341,10 @@ def test_per_gemm_sms_must_leave_the_gemm_some(tmp_path):
     assert "use fewer than 108" in str(e.value)
     r = _rings(scenario(tmp_path, tp_comm_overlap_cfg={"fc1_dgrad": {"num_sm": 107}})[0])
     assert r["ub_fc1_dgrad_ag"].share == pytest.approx(1 / 108)
+    # a count beyond any device's is refused by the key's range with the device's rule as its fix,
+    # not a bound that a second try would meet the device rule under
+    with pytest.raises(ConfigError, match="9999 is out of range; use fewer than the device's SMs"):
+        scenario(tmp_path, tp_comm_overlap_cfg={"fc1_dgrad": {"num_sm": 9999}})
 
 
 def test_a_bad_entry_of_the_userbuffers_yaml_is_reported_at_that_file(tmp_path):

@@ -166,6 +166,21 @@ def _show_warning(message: Warning | str, category: type, filename: str, lineno:
     print(f"warning: {message}", file=sys.stderr)
 
 
+def _earlier_output(out) -> str:
+    """A note for a failed command whose output directory already holds files: nothing of this
+    run was written there, so what it holds is an earlier run's (its run_info.json or report
+    says which)."""
+    try:
+        p = Path(out) if isinstance(out, (str, Path)) and out else None
+        if p is None or not p.is_dir() or not any(p.iterdir()):
+            return ""
+    except OSError:
+        return ""
+    named = next((f for f in ("run_info.json", "report.md", "report.html") if (p / f).is_file()), "")
+    which = f" ({named} there names that run)" if named else ""
+    return f"  nothing was written: {p}/ keeps the files of an earlier run{which}"
+
+
 def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     args = build_parser().parse_args(argv)
@@ -176,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except SimtrainError as e:
         print(str(e), file=sys.stderr)
+        kept = _earlier_output(getattr(args, "out", None))
+        if kept and str(args.out).rstrip("/") not in str(e):       # an error about the output path says it itself
+            print(kept, file=sys.stderr)
         return 2
     except BrokenPipeError:
         # output piped into e.g. `head`, which closed early: not an error of the run

@@ -78,6 +78,9 @@ class Key:
     attr      where the dump reads the value: a field name, or an index into a tuple entry
     minimum   the smallest value allowed (numbers; a unit kind in SI), checked and in the JSON Schema
     maximum   the largest value allowed (likewise)
+    example   a typical value, the error's "write e.g." for a wrong one (else the kind's example)
+    range_fix the fix an out-of-range value's error gives, where "use a value <= maximum" would
+              mislead (a bound a later rule tightens, e.g. by the device)
     dumper    how the resolved dump writes the value, where the plain value would not load again
               (a size in SI bytes is written back with its unit)
 
@@ -101,6 +104,8 @@ class Key:
     attr: Any = None
     minimum: Any = None
     maximum: Any = None
+    range_fix: str = ""
+    example: str = ""
     dumper: Optional[Callable] = None
 
     @property
@@ -280,7 +285,7 @@ def validate_map(raw: Any, schema: Section | dict, path: str, errs: Collector) -
         if kind == "map":
             out[key] = validate_map(value, keys[key].entries() or default, p, errs)
         else:
-            out[key] = check_range(parse_value(value, kind, p, errs), keys[key], p, errs)
+            out[key] = check_range(parse_value(value, kind, p, errs, keys[key].example), keys[key], p, errs)
     return out
 
 
@@ -291,7 +296,7 @@ def check_range(value: Any, key: Key, path: str, errs: Collector) -> Any:
         return value
     lo, hi = key.minimum, key.maximum
     if (lo is not None and value < lo) or (hi is not None and value > hi):
-        errs.add(path, f"{short(value, 60)} is out of range", f"use a value {range_text(key)}")
+        errs.add(path, f"{short(value, 60)} is out of range", key.range_fix or f"use a value {range_text(key)}")
         return None
     return value
 
@@ -361,11 +366,12 @@ MAX_INT = 2**53
 _EXPONENT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d{1,3}$")
 
 
-def parse_value(value: Any, kind: Any, path: str, errs: Collector) -> Any:
-    """One value of a kind; a problem is added to `errs` and the result is None."""
+def parse_value(value: Any, kind: Any, path: str, errs: Collector, example: str = "") -> Any:
+    """One value of a kind; a problem is added to `errs` and the result is None. `example`: a
+    typical value of the key, for the error's fix (else the kind's)."""
     if isinstance(kind, str) and kind.endswith("?"):
         # optional value: absent (None) stays None
-        return None if value is None else parse_value(value, kind[:-1], path, errs)
+        return None if value is None else parse_value(value, kind[:-1], path, errs, example)
     if kind in PARSERS:
         try:
             return PARSERS[kind](value)
@@ -376,7 +382,7 @@ def parse_value(value: Any, kind: Any, path: str, errs: Collector) -> Any:
         lo = 1 if kind == "posint" else -MAX_INT
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
             what = "a whole number >= 1" if kind == "posint" else "a whole number"
-            errs.add(path, f"expected {what}, got {short(value, 60)}", "write e.g. `8`")
+            errs.add(path, f"expected {what}, got {short(value, 60)}", f"write e.g. `{example or 8}`")
             return None
         if value > MAX_INT or value < -MAX_INT:
             errs.add(path, f"{short(value, 60)} is out of range", "use a whole number of at most 2^53 = 9,007,199,254,740,992")

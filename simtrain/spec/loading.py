@@ -10,6 +10,7 @@ import copy
 import difflib
 import json
 import math
+import re
 import warnings
 from collections.abc import Callable, Iterable
 from functools import lru_cache
@@ -494,7 +495,8 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> tuple[Scen
 def attribute_overrides(err: ConfigError, file: str, overrides: Iterable[str] | None) -> ConfigError:
     """`err` with each problem of `file` whose key a `--set` wrote (that key or one below it) named
     after the file and the command-line argument (`s.yaml (--set parallel.tp=3): parallel.tp: ...`):
-    the value that is wrong came from the command line, not from the file."""
+    the value that is wrong came from the command line, not from the file. A problem of another
+    key whose text names an overridden key (its last part, as a word) is named after that `--set`."""
     given: dict[str, str] = {}
     for ov in expand_single(overrides, Collector(file)):
         key, eq, _ = ov.partition("=")
@@ -506,6 +508,11 @@ def attribute_overrides(err: ConfigError, file: str, overrides: Iterable[str] | 
     for p in err.problems:
         hit = next((ov for key, ov in given.items() if p.path == key or p.path.startswith(key + ".")
                     or (p.problem == "unknown key" and key.startswith(p.path + "."))), None)
+        if hit is None:
+            # a rule of another key that names the overridden one (parallel.pp: "num_layers=79
+            # does not divide ..." after --set model.num_layers=79)
+            hit = next((ov for key, ov in given.items()
+                        if re.search(rf"\b{re.escape(key.rsplit('.', 1)[-1])}\b", p.problem)), None)
         out.append(Problem(f"{file} (--set {hit[:120]})", p.path, p.problem, p.fix) if p.file == file and hit else p)
     return ConfigError(out)
 
@@ -910,16 +917,13 @@ def _check_recompute(training: dict | None, errs: Collector) -> None:
         errs.add("training.recompute_modules", f"expected a list of {', '.join(RECOMPUTE_MODULES)}, got {mods!r}",
                  "write e.g. [core_attn] or [layernorm, mla_up_proj, moe_act]")
         mods = ("core_attn",)
-    training["recompute_modules"] = tuple(sorted(set(mods), key=RECOMPUTE_MODULES.index))
-    if training.get("recompute") != "selective" and training["recompute_modules"] != ("core_attn",):
-        errs.add("training.recompute_modules", f"applies to recompute: selective only, got recompute: {training.get('recompute', 'none')}",
-                 "set training.recompute: selective, or remove training.recompute_modules")
-    if training.get("recompute") == "full":
-        return
-    for key, default in (("recompute_method", "uniform"), ("recompute_num_layers", 1)):
-        if training.get(key, default) != default:
-            errs.add(f"training.{key}", f"applies to recompute: full only, got recompute: {training.get('recompute', 'none')}",
-                     f"set training.recompute: full, or remove training.{key}")
+    # another mode's keys are unused, as Megatron-LM ignores them (`_warn_unused` says so): the
+    # run keeps their defaults, so its resolved file does not carry them
+    selective = training.get("recompute") == "selective"
+    training["recompute_modules"] = tuple(sorted(set(mods), key=RECOMPUTE_MODULES.index)) if selective else ("core_attn",)
+    if training.get("recompute") != "full":
+        training.pop("recompute_method", None)
+        training.pop("recompute_num_layers", None)
 
 
 def _check_op_recompute(model, training, p, errs: Collector) -> None:
@@ -977,7 +981,7 @@ def _check_ub_cfg(p: dict, errs: Collector) -> None:
 
 def _warn_unused(raw: dict, training: dict | None, parallel: dict | None, path: Path) -> None:
     """Warns of keys the file sets that the run it describes does not use, as Megatron-LM switches
-    them off: an FP8 recipe on a 16-bit run, sequence parallelism and tensor-parallel overlap
+    them off: an FP8 recipe on a 16-bit run, another recompute mode's settings, sequence parallelism and tensor-parallel overlap
     without tensor parallelism, Megatron-core's pipeline-split flags without a pipeline. Only keys the file (or an override) gives are named."""
     given_t = raw.get("training") if isinstance(raw.get("training"), dict) else {}
     given_p = raw.get("parallel") if isinstance(raw.get("parallel"), dict) else {}
@@ -985,6 +989,12 @@ def _warn_unused(raw: dict, training: dict | None, parallel: dict | None, path: 
         warnings.warn(f"{path}: training.fp8_recipe {training['fp8_recipe']} is used only with training.precision: fp8; "
                       f"this run is {training.get('precision')}, so no FP8 recipe applies (set training.precision: fp8 to use it, "
                       "or remove the recipe)", stacklevel=3)
+    mode = training.get("recompute", "none") if training else "none"
+    for key, uses in (("recompute_modules", "selective"), ("recompute_method", "full"), ("recompute_num_layers", "full")):
+        if key in given_t and mode != uses:
+            warnings.warn(f"{path}: training.{key} applies only with training.recompute: {uses}; this run has "
+                          f"recompute: {mode}, so it is not used (set training.recompute: {uses} to use it, or remove it)",
+                          stacklevel=3)
     if parallel and given_p.get("tp_comm_overlap_cfg") and parallel.get("tp_comm_overlap") != "userbuffers":
         warnings.warn(f"{path}: parallel.tp_comm_overlap_cfg applies only with parallel.tp_comm_overlap: userbuffers; "
                       f"this run has {parallel.get('tp_comm_overlap')} (set tp_comm_overlap: userbuffers to use it, or "

@@ -123,16 +123,16 @@ class ModelSpec:
     name: str = spec_field("str", "label in results", loader=False, required=False,
                            derived="the preset's name, the config's folder, else `custom`")
     architecture: str = spec_field(("gpt", "llama"), "gpt: learned positions, GeLU MLP; llama: RoPE, SwiGLU, RMSNorm")
-    num_layers: int = spec_field("posint", "transformer layers", maximum=10_000)
+    num_layers: int = spec_field("posint", "transformer layers", maximum=10_000, example="32")
     hidden_size: int = spec_field("posint", "hidden size (divisible by num_attention_heads unless head_dim is given)",
-                                  maximum=1_048_576)
-    num_attention_heads: int = spec_field("posint", "attention heads", maximum=65_536)
+                                  maximum=1_048_576, example="4096")
+    num_attention_heads: int = spec_field("posint", "attention heads", maximum=65_536, example="32")
     num_key_value_heads: int = spec_field("posint", "KV heads (GQA; divides num_attention_heads)", required=False,
-                                          derived="num_attention_heads", maximum=65_536)
+                                          derived="num_attention_heads", maximum=65_536, example="8")
     ffn_hidden_size: int = spec_field("posint", "MLP width (required for llama)", required=False,
-                                      derived="4 x hidden_size for gpt", maximum=4_194_304)
-    vocab_size: int = spec_field("posint", "vocabulary size", maximum=10_000_000)
-    seq_length: int = spec_field("posint", "sequence length in tokens", maximum=16_777_216)
+                                      derived="4 x hidden_size for gpt", maximum=4_194_304, example="14336")
+    vocab_size: int = spec_field("posint", "vocabulary size", maximum=10_000_000, example="128256")
+    seq_length: int = spec_field("posint", "sequence length in tokens", maximum=16_777_216, example="8192")
     head_dim: Optional[int] = spec_field("posint", "width of one attention head (Q, K and V); Hugging Face's `head_dim`",
                                          default=None, optional=True, derived="hidden_size / num_attention_heads",
                                          maximum=65_536)
@@ -177,7 +177,9 @@ class UBGemmSpec:
                              "of proj and fc2; proj and fc2 forward too), pipeline (proj and fc2 forward), bulk (QKV and "
                              "fc1 dgrad and wgrad)", default="default", dump_if=lambda g: g.method != "default")
     num_sm: Optional[int] = spec_field("posint", "SMs the communication kernels hold (pipeline, bulk; TE default 16)",
-                                       default=None, optional=True, dump="none", maximum=1024)
+                                       default=None, optional=True, dump="none", maximum=1024, example="16",
+                                       range_fix="use fewer than the device's SMs (132 on an H100 or H200, 108 on an A100); "
+                                                 "TE's default is 16")
     num_splits: Optional[int] = spec_field("posint", "pipeline: pieces the GEMM is cut into (TE default 4)",
                                            default=None, optional=True, dump="none", maximum=256)
 
