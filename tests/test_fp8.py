@@ -283,3 +283,85 @@ def test_deferred_weight_gradient_keeps_fp8_operands_of_every_local_expert(tmp_p
     R = 2 * T
     fp8_elems = T * (2 * H + 2 * G * D) + T * 2 * H + R * (H + 2 * F) + R * (F + H)
     assert lp.weight_grad_inputs == pytest.approx(q * fp8_elems + 2 * T * (H + E))
+
+
+def _dp2(tmp_path, recipe="delayed", zero=1, gather=False, **training):
+    """The Llama of `scenario` on 2 data-parallel ranks of one node."""
+    path = scenario(tmp_path, recipe=recipe)
+    doc = yaml.safe_load(path.read_text())
+    doc["parallel"].update(dp=2, zero_stage=zero)
+    doc["training"].update(fp8_param_gather=gather, global_batch_size=4, **training)
+    doc["cluster"]["topology"] = str(node_topology(tmp_path, 2))
+    path.write_text(yaml.safe_dump(doc))
+    return load_scenario(path)
+
+
+# weights of a layer's FP8 GEMMs (tp 1): QKV H·(H + 2·G·D), the output projection H·H, gate-up and
+# down 3·H·F; the norms, the embedding and the LM head stay 16-bit
+FP8_W = H * (H + 2 * G * D) + H * H + 3 * H * F
+
+
+def test_fp8_weights_are_the_te_linears():
+    """`fp8_weights` counts every forward FP8 GEMM's n x k: by hand FP8_W per layer, 0 in bf16."""
+    import tempfile
+    from pathlib import Path
+
+    from simtrain.workload.ir import fp8_weights
+    with tempfile.TemporaryDirectory() as d:
+        sc, _ = load_scenario(scenario(Path(d), recipe="delayed"))
+        assert fp8_weights(build_workload(sc, 1)[0].layers[0]) == (FP8_W, 0.0)
+        sc, _ = load_scenario(scenario(Path(d), precision="bf16"))
+        assert fp8_weights(build_workload(sc, 1)[0].layers[0]) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("recipe,gather,per", [
+    ("delayed", False, 2 + 2 * 1.0),             # the 16-bit weight and TE's cached FP8 copy in both layouts
+    ("current", True, 2 * 1.0),                  # --fp8-param-gather: the FP8 weight and its columnwise copy
+    ("blockwise", False, 2 + 2 * (1 + 4 / 128 ** 2)),   # an fp32 scale per 128 x 128 tile in each layout
+    ("torchao_tensorwise", True, 2.0),           # torchao casts per GEMM and caches nothing
+])
+def test_weight_memory_counts_te_cached_fp8_weights(tmp_path, recipe, gather, per):
+    """Weights of one rank (ZeRO-1: unsharded): 2 bytes per parameter, and for the 2 layers' FP8
+    GEMM weights `per` bytes instead of 2 (Transformer Engine's get_weight_workspace caches the
+    quantized weight, rowwise and columnwise, across a step's microbatches)."""
+    from simtrain.results.memory import rank_static
+    sc, _ = _dp2(tmp_path, recipe, gather=gather)
+    work = build_workload(sc)
+    got = rank_static(sc, work, [0]).weights
+    assert got == pytest.approx(2 * work[0].params + (per - 2) * 2 * FP8_W)
+
+
+def test_fp8_param_gather_halves_the_linears_gather(tmp_path):
+    """ZeRO-1 gathers the updated parameters after the optimizer step: 2 bytes per parameter, and
+    with fp8_param_gather 1 byte for the FP8 GEMMs' weights (2 layers of FP8_W)."""
+    def gathered(**kw):
+        sc, topo = _dp2(tmp_path, **kw)
+        from simtrain.simulate import simulate
+        run = simulate(sc, topo)
+        ops = [o for o in run.ops if o.label == "all_gather:param_all_gather"]
+        assert ops
+        return ops[0].bytes, build_workload(sc)[0].params
+    plain, params = gathered()
+    assert plain == pytest.approx(2 * params)
+    fp8_bytes, _ = gathered(gather=True)
+    assert fp8_bytes == pytest.approx(2 * params - 2 * FP8_W)
+    bf16_bytes, _ = gathered(recipe=None, precision="bf16")
+    assert bf16_bytes == pytest.approx(2 * params)
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"zero": 0}, "set parallel.zero_stage: 1"),
+    ({"recipe": "torchao_rowwise", "zero": 3}, "tensorwise scaling only"),
+    ({"recipe": "blockwise"}, "per-tensor recipes"),
+])
+def test_fp8_param_gather_rules(tmp_path, change, words):
+    """Megatron-LM asserts --fp8-param-gather needs the distributed optimizer or FSDP; torchtitan's
+    FP8 all-gather is for tensorwise scaling; the block recipes' gathered scales are not modelled."""
+    from simtrain.errors import ConfigError
+    with pytest.raises(ConfigError, match=words):
+        _dp2(tmp_path, gather=True, **change)
+
+
+def test_fp8_param_gather_on_a_16_bit_run_warns(tmp_path):
+    with pytest.warns(UserWarning, match="training.fp8_param_gather is used only with training.precision: fp8"):
+        _dp2(tmp_path, recipe=None, gather=True, precision="bf16")

@@ -177,6 +177,17 @@ def test_export_round_trip(tmp_path):
     assert back["parallel"] == want["parallel"]
 
 
+def test_fp8_param_gather_round_trip(tmp_path):
+    """training.fp8_param_gather exports as --fp8-param-gather and imports back (current scaling:
+    --fp8-recipe tensorwise)."""
+    src = ROOT / "scenarios" / "mixtral-8x7b-h100-64.yaml"
+    sc, _ = load_scenario(src, ["training.precision=fp8", "training.fp8_recipe=current", "training.fp8_param_gather=true"])
+    args = megatron.to_args(sc.resolved())
+    assert "--fp8-param-gather" in args
+    t = run_import(tmp_path, "megatron", "--args", " ".join(args), "--world-size", "64", *H100, "--name", sc.name)
+    assert (t["training"]["fp8_recipe"], t["training"]["fp8_param_gather"]) == ("current", True)
+
+
 def test_megatron_fusion_switches_round_trip(tmp_path):
     """Megatron's --no-*-fusion switches and --cross-entropy-loss-fusion map onto training.fusions
     (their names in megatron/training/arguments.py), and export back to the same switches."""
@@ -253,8 +264,8 @@ def test_torchtitan_llama3(tmp_path, flavor, local, tp, recompute, prec):
     dp = 128 // tp
     assert t["model"] == {"preset": f"llama3-{flavor}", "seq_length": 8192}
     assert (t["parallel"]["tp"], t["parallel"]["dp"], t["parallel"]["zero_stage"]) == (tp, dp, 3)
-    # torchao float8 with its default tensorwise scaling
-    recipe = {"fp8_recipe": "torchao_tensorwise"} if prec == "fp8" else {}
+    # torchao float8 with its default tensorwise scaling; the 405B file all-gathers its weights in FP8
+    recipe = {"fp8_recipe": "torchao_tensorwise", "fp8_param_gather": True} if prec == "fp8" else {}
     # eager SwiGLU and rotary (torchtitan's model code); these files set no norm_type: torch.nn.RMSNorm, fused
     assert t["training"] == {"micro_batch_size": local, "global_batch_size": local * dp, "precision": prec,
                              "recompute": recompute, **recipe,
@@ -476,20 +487,38 @@ def _import_warnings(tmp_path, capsys, *argv) -> list:
     return [x.removeprefix("warning: ") for x in capsys.readouterr().err.splitlines() if x.startswith("warning: ")]
 
 
-def test_grad_reduce_in_bf16_and_fp8_param_gather_get_their_own_warning(tmp_path, capsys):
+def test_grad_reduce_in_bf16_warns_and_fp8_param_gather_is_read(tmp_path, capsys):
     """The Llama 3 8B FP8 script passes --grad-reduce-in-bf16 (bf16 gradients: 2 bytes per
-    parameter, where simtrain counts fp32's 4) and, in its fp8 branch, --fp8-param-gather (fp8
-    weights: 1 byte where simtrain counts 2). Each is named in a warning of its own that says what
-    it means for the answer, and neither hides in the ignored list."""
+    parameter, where simtrain counts fp32's 4): named in a warning of its own that says what it
+    means for the answer. In its fp8 branch (delayed scaling, Megatron-LM's default recipe) it
+    passes --fp8-param-gather, which becomes training.fp8_param_gather without a warning; neither
+    hides in the ignored list."""
     f = str(MEG / "train_llama3_8b_h100_fp8.sh")
     msgs = _import_warnings(tmp_path, capsys, f, *H100)
     grad = [m for m in msgs if m.startswith(f"{f}: --grad-reduce-in-bf16: ")]
-    fp8 = [m for m in msgs if m.startswith(f"{f}: --fp8-param-gather: ")]
     assert len(grad) == 1 and "counted at 4 bytes per parameter where the run uses 2" in grad[0]
     assert "gradient memory and the data-parallel gradient reduction" in grad[0]
-    assert len(fp8) == 1 and "counted at 2 bytes per parameter where the run uses 1" in fp8[0]
-    (ignored,) = [m for m in msgs if "ignored" in m]
-    assert "--grad-reduce-in-bf16" not in ignored and "--fp8-param-gather" not in ignored
+    assert not [m for m in msgs if "--fp8-param-gather" in m]
+    assert yaml.safe_load((tmp_path / "s.yaml").read_text())["training"]["fp8_param_gather"] is True
+
+
+def test_fp8_param_gather_with_block_scales_warns(tmp_path, capsys):
+    """With a block recipe (blockwise; mxfp8 as Megatron-Bridge's MXFP8 configs) the FP8 gather is not modelled:
+    the import keeps 16-bit weights and says so."""
+    f = tmp_path / "t.args"
+    f.write_text(SMALL + "--fp8-format e4m3 --fp8-recipe blockwise --fp8-param-gather --use-distributed-optimizer")
+    msgs = _import_warnings(tmp_path, capsys, str(f), "--world-size", "8", *H100)
+    assert any(m.startswith("--fp8-param-gather: ") or ": --fp8-param-gather: " in m for m in msgs), msgs
+    assert "fp8_param_gather" not in yaml.safe_load((tmp_path / "s.yaml").read_text())["training"]
+
+
+def test_torchtitan_fsdp_float8_all_gather_is_read(tmp_path):
+    """torchtitan's 405B TOML sets enable_fsdp_float8_all_gather (tensorwise float8 under FSDP):
+    training.fp8_param_gather; the 8B one sets it false."""
+    t = run_import(tmp_path, "torchtitan", str(DATA / "torchtitan" / "llama3_405b.toml"), "--world-size", "128", *H100)
+    assert t["training"]["fp8_param_gather"] is True and t["training"]["fp8_recipe"] == "torchao_tensorwise"
+    t = run_import(tmp_path, "torchtitan", str(DATA / "torchtitan" / "llama3_8b.toml"), "--world-size", "8", *H100)
+    assert "fp8_param_gather" not in t["training"]
 
 
 def test_grad_reduce_in_bf16_with_fp16_and_dropout_against_the_architecture(tmp_path, capsys):

@@ -39,7 +39,8 @@ def summary(r: StepResult, wall: float, sc: Scenario) -> str:
     t = sc.training
     lines = [
         f"simtrain {__version__} — {r.scenario}: {r.num_devices} x {r.device} "
-        f"({r.precision}{', ' + r.fp8_recipe + ' scaling' if r.fp8_recipe else ''}), "
+        f"({r.precision}{', ' + r.fp8_recipe + ' scaling' if r.fp8_recipe else ''}"
+        f"{', FP8 weights gathered' if r.fp8_recipe and t.fp8_param_gather else ''}), "
         f"{plural(r.num_microbatches, 'microbatch', 'microbatches')} per step" + (", forward only" if r.forward_only else ""),
     ]
     if r.forward_only:

@@ -55,9 +55,9 @@ _DIFFERS = {
     "--grad-reduce-in-bf16": "the run keeps and reduces gradients in bf16, but simtrain counts fp32 gradients: gradient "
                              "memory and the data-parallel gradient reduction are counted at 4 bytes per parameter where "
                              "the run uses 2 (both come out twice the run's)",
-    "--fp8-param-gather": "the run keeps its compute weights in fp8 and all-gathers them in fp8, but simtrain counts 16-bit "
-                          "weights: weight memory and the distributed optimizer's parameter all-gather are counted at "
-                          "2 bytes per parameter where the run uses 1 (both come out twice the run's)",
+    "--fp8-param-gather": "the run keeps its compute weights in fp8 and all-gathers them in fp8 with block scales, which "
+                          "simtrain models for the per-tensor recipes only: its weights and their all-gather are counted "
+                          "in 16 bits (weight memory comes out 2 bytes per FP8 weight higher, the gather twice the run's)",
     "--first-last-layers-bf16": "the run keeps its first and last transformer layers (--num-layers-at-start-in-bf16, "
                                 "--num-layers-at-end-in-bf16) in bf16, but simtrain runs every layer's linears in FP8: "
                                 "those layers come out faster than the run's",
@@ -520,6 +520,8 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
         else:
             warnings.warn(f"{file}: --fp8-recipe {recipe}: without --fp8-format the run is not FP8 (Megatron-LM "
                           f"reads the recipe only with it); simulated in {prec}", stacklevel=2)
+    if prec == "fp8" and training.get("fp8_recipe", "delayed") in ("delayed", "current") and _flag(f, "--fp8-param-gather"):
+        training["fp8_param_gather"] = True      # weights kept and all-gathered in FP8 (training.fp8_param_gather)
     fusions = {key: False for flag, key in _FUSION_OFF_FLAGS.items() if _flag(f, flag)}
     if _flag(f, "--cross-entropy-loss-fusion"):
         fusions["cross_entropy"] = True
@@ -529,6 +531,8 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
     for name, why in _DIFFERS.items():
         if name == "--grad-reduce-in-bf16" and prec == "fp16":
             f.use(name)                      # fp16 training: simtrain's gradients are 16-bit too
+        elif name == "--fp8-param-gather" and (training.get("fp8_param_gather") or prec != "fp8"):
+            f.use(name)                      # read above; without FP8 Megatron-LM has no FP8 weights to gather
         elif _flag(f, name):
             warnings.warn(f"{file}: {name}: {why}", stacklevel=2)
     if isinstance(model, dict) and model.get("architecture") in ("gpt", "llama"):
@@ -677,6 +681,8 @@ def to_args(tree: dict[str, Any]) -> list[str]:
                           "keeps FP8 activations and casts less than the scenario", stacklevel=2)
             recipe = "current"
         add("--fp8-recipe", {v: k for k, v in _FP8_RECIPES.items()}[recipe])
+        if t.get("fp8_param_gather"):
+            add("--fp8-param-gather")
     if t.get("recompute") == "op":
         warnings.warn("training.recompute: op is torchtitan's op-level checkpointing; Megatron-LM has no such policy, "
                       "so --recompute-granularity selective (the attention core) is written", stacklevel=2)

@@ -131,7 +131,11 @@ def to_tree(file: str, cfg: dict[str, Any], opts: Options, errs: Collector, out_
         errs.add(P + "pipeline_parallel_microbatch_size", f"{pmb} does not divide local_batch_size {local}", "use a divisor")
     prec = opts.precision
     conv = f.take("model.converters", [])
-    fp8 = f.take("float8.enable_fsdp_float8_all_gather") is not None or "float8" in (conv or [])
+    # the [float8] table of older torchtitan turns float8 on by being there; the newer
+    # [quantize.linear.float8] only configures the `float8` converter
+    old = f.take("float8.enable_fsdp_float8_all_gather")
+    fp8 = old is not None or "float8" in (conv or [])
+    fp8_gather = f.take("quantize.linear.float8.enable_fsdp_float8_all_gather", old)
     # torchao's float8 recipes (tensorwise, its default, and rowwise) as training.fp8_recipe
     key = "quantize.linear.float8.recipe_name" if f.has("quantize.linear.float8.recipe_name") else "float8.recipe_name"
     rname = f.take(key)
@@ -189,6 +193,9 @@ def to_tree(file: str, cfg: dict[str, Any], opts: Options, errs: Collector, out_
                 "fusions": _fusions(f), "loss_kernel": "torch"}      # its loss: F.cross_entropy on fp32 logits
     if prec == "fp8" and fp8_recipe:
         training["fp8_recipe"] = fp8_recipe
+        # FSDP2 all-gathers the Float8Linear weights in FP8 (tensorwise scaling only; FSDP only)
+        if fp8_gather is True and fp8_recipe == "torchao_tensorwise" and par.get("zero_stage", 0) >= 1:
+            training["fp8_param_gather"] = True
     if lps and pp and pp > 1:
         L = model_presets().get(model.get("preset"), {}).get("num_layers") if model else None
         if L and L % (lps * pp) == 0:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from simtrain.program.ir import EOp
 from simtrain.schedules import Action
+from simtrain.workload import fp8
 from simtrain.workload.ir import ACT_BYTES, Comm, StageWork
 
 if TYPE_CHECKING:
@@ -41,6 +42,15 @@ class GradientTraffic:
         self.param_gather: dict = {}     # (chunk, layer) -> op id of the overlapped parameter all-gather
         self.bucket_params = 0.0
         self.bucket_expert = 0.0
+        t = prog.sc.training
+        # Megatron-LM --fp8-param-gather / torchtitan's FP8 all-gather: FP8 GEMMs' weights move in FP8
+        self.fp8_gather = t.precision == "fp8" and t.fp8_param_gather
+
+    def gathered(self, params: float, fp8_params: float) -> float:
+        """Bytes an all-gather of `params` parameters moves, `fp8_params` of them FP8 GEMMs' weights."""
+        if self.fp8_gather:
+            return ACT_BYTES * (params - fp8_params) + fp8.GATHERED * fp8_params
+        return ACT_BYTES * params
 
     def dp_comm(self, collective: str, nbytes: float, name: str, deps: list[int], mb: int, chunk: int = 0) -> EOp:
         prog = self.prog
@@ -56,7 +66,8 @@ class GradientTraffic:
             for ch in range(num_chunks):
                 w = self.prog.work(ch)
                 for l in range(w.num_layers):
-                    op = self.dp_comm("all_gather", ACT_BYTES * w.layer_dense[l], f"param_ag_l{l}", [], -1, ch)
+                    op = self.dp_comm("all_gather", self.gathered(w.layer_dense[l], self._fp8(w.layer_fp8_dense, l)),
+                                      f"param_ag_l{l}", [], -1, ch)
                     self.param_gather[(ch, l)] = op.id
 
     def before_forward_layer(self, first: bool, a: Action, w: StageWork, l: int, ends: list) -> list:
@@ -66,7 +77,7 @@ class GradientTraffic:
         if first and (a.chunk, l) in self.param_gather:
             deps.append(self.param_gather[(a.chunk, l)])
         if self.zero == 3 and self.dp_on:
-            ag = self.dp_comm("all_gather", ACT_BYTES * (w.layer_dense[l] + w.layer_expert[l]), f"fsdp_ag_l{l}",
+            ag = self.dp_comm("all_gather", self._layer_gathered(w, l), f"fsdp_ag_l{l}",
                               [ends[-2].id] if len(ends) >= 2 else [], a.microbatch, a.chunk)
             deps.append(ag.id)
         return deps
@@ -75,9 +86,18 @@ class GradientTraffic:
         """Op ids layer l's backward waits for: under FSDP its gather, one layer ahead."""
         if not (self.zero == 3 and self.dp_on):
             return []
-        ag = self.dp_comm("all_gather", ACT_BYTES * (w.layer_dense[l] + w.layer_expert[l]), f"fsdp_ag_bwd_l{l}",
+        ag = self.dp_comm("all_gather", self._layer_gathered(w, l), f"fsdp_ag_bwd_l{l}",
                           [ends[-2].id] if len(ends) >= 2 else [], a.microbatch, a.chunk)
         return [ag.id]
+
+    @staticmethod
+    def _fp8(per_layer: tuple, l: int) -> float:
+        return per_layer[l] if per_layer else 0.0
+
+    def _layer_gathered(self, w: StageWork, l: int) -> float:
+        """Bytes of layer l's FSDP gather (dense and expert parameters)."""
+        return self.gathered(w.layer_dense[l] + w.layer_expert[l],
+                             self._fp8(w.layer_fp8_dense, l) + self._fp8(w.layer_fp8_expert, l))
 
     def _edge_params(self, w: StageWork) -> float:
         return w.params - sum(w.layer_dense) - sum(w.layer_expert) if self.zero == 3 and self.dp_on else 0.0
@@ -90,14 +110,14 @@ class GradientTraffic:
             return None
         return self.dp_comm("all_gather", ACT_BYTES * edge, "fsdp_ag_edge", [], a.microbatch, a.chunk).id
 
-    def gather_updated(self, opt: EOp, dense: float, expert: float) -> None:
+    def gather_updated(self, opt: EOp, dense_bytes: float, expert_bytes: float) -> None:
         """ZeRO-1/2: the updated parameter shards are all-gathered after the optimizer step
-        (unless the next step's forward overlaps that gather)."""
+        (unless the next step's forward overlaps that gather); the bytes are `gathered`'s."""
         prog = self.prog
         if self.zero in (1, 2) and self.dp_on and not self.p.overlap_param_gather:
-            self.dp_comm("all_gather", ACT_BYTES * dense, "param_all_gather", [opt.id], -1)
+            self.dp_comm("all_gather", dense_bytes, "param_all_gather", [opt.id], -1)
         if self.zero in (1, 2) and self.edp_on:
-            self.low.comm_op(prog.c, Comm("edp", "all_gather", ACT_BYTES * expert, "expert_param_all_gather"), [opt.id], -1,
+            self.low.comm_op(prog.c, Comm("edp", "all_gather", expert_bytes, "expert_param_all_gather"), [opt.id], -1,
                              prog.next_seq("edp"))
 
     # -- gradients ----------------------------------------------------------------------------

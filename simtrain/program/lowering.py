@@ -549,4 +549,6 @@ class ClassLowering:
         last_op = self.local_end[("W", last_a.microbatch, last_a.chunk)]
         deps = self.grads.reduce_rest(dense, expert, last_op)
         opt = optimizer_step(self, self.grads, deps, dense, expert)
-        self.grads.gather_updated(opt, dense, expert)
+        fp8_dense = sum(self.work(ch).fp8_weight_elements[0] for ch in range(len(chunks)))
+        fp8_expert = sum(self.work(ch).fp8_weight_elements[1] for ch in range(len(chunks)))
+        self.grads.gather_updated(opt, self.grads.gathered(dense, fp8_dense), self.grads.gathered(expert, fp8_expert))

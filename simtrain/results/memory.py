@@ -19,17 +19,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from simtrain.spec.scenario import Scenario
+from simtrain.workload import fp8
 from simtrain.workload.ir import ACT_BYTES
 
 
-def static_memory(sc: Scenario, params: float, expert_params: float = 0.0) -> dict:
+def static_memory(sc: Scenario, params: float, expert_params: float = 0.0, fp8_dense: float = 0.0,
+                  fp8_expert: float = 0.0) -> dict:
     """Per-rank bytes of weights, gradients and optimizer state (Megatron distributed-optimizer table,
     Megatron-LM docs/source/api-guide/dist_optimizer.md: bf16 params with fp32 grads = 2 + 4 + 12
     bytes per parameter, fp16 = 2 + 2 + 16; optimizer_moments bf16 takes 4 off the optimizer's; ZeRO-1 shards the optimizer over dp, ZeRO-2 also the
     gradients, ZeRO-3 also the weights). With training.optimizer_offload: cpu the optimizer state
     is in host memory (ZeRO-Offload, Ren et al. 2021): none on the device. A forward-only pass (training.forward_only) has no gradients
     and no optimizer state: weights alone. Dense weights shard over the dp x cp ranks that hold them,
-    expert weights (`expert_params` of `params`) over the expert-data-parallel group."""
+    expert weights (`expert_params` of `params`) over the expert-data-parallel group.
+
+    FP8 (Transformer Engine recipes): `fp8_dense` / `fp8_expert` of the parameters are weights of
+    FP8 GEMMs (`StageWork.fp8_weight_elements`), `fp8.weight_bytes` per element instead of 2."""
     p = sc.parallel
     fp16 = sc.training.precision == "fp16"
     wb, gb, ob = 2.0, (2.0 if fp16 else 4.0), (16.0 if fp16 else 12.0)
@@ -43,9 +48,13 @@ def static_memory(sc: Scenario, params: float, expert_params: float = 0.0) -> di
     dp, edp = p.dp * p.cp, sc.expert_dp
     z = p.zero_stage
 
-    def part(nbytes, stage):
-        return dense * nbytes / (dp if z >= stage else 1) + expert_params * nbytes / (edp if z >= stage else 1)
-    return {"weights": part(wb, 3), "gradients": part(gb, 2), "optimizer": part(ob, 1)}
+    def part(nbytes, stage, d=dense, e=expert_params):
+        return d * nbytes / (dp if z >= stage else 1) + e * nbytes / (edp if z >= stage else 1)
+    weights = part(wb, 3)
+    if sc.training.precision == "fp8" and (fp8_dense or fp8_expert):
+        per = fp8.weight_bytes(sc.training.fp8_recipe, sc.training.fp8_param_gather, z >= 3)
+        weights += part(per - wb, 3, fp8_dense, fp8_expert)
+    return {"weights": weights, "gradients": part(gb, 2), "optimizer": part(ob, 1)}
 
 
 def comm_buffers(sc: Scenario, layer_params: float) -> float:
@@ -92,7 +101,8 @@ def rank_static(sc: Scenario, work: Sequence, held: Sequence[int], buffers: floa
     """Static memory of the pipeline rank holding model stages `held` of `work` (build_workload).
     `buffers` is the step's communication buffers (comm_buffers over the largest layer), the same
     for every rank: a caller looping over ranks computes it once and passes it in."""
-    st = static_memory(sc, sum(work[k].params for k in held), sum(work[k].expert_params for k in held))
+    st = static_memory(sc, sum(work[k].params for k in held), sum(work[k].expert_params for k in held),
+                       sum(work[k].fp8_weight_elements[0] for k in held), sum(work[k].fp8_weight_elements[1] for k in held))
     if buffers is None:
         buffers = comm_buffers(sc, largest_layer_params(work))
     return StaticMemory(st["weights"], st["gradients"], st["optimizer"], buffers)

@@ -926,6 +926,27 @@ def _check_recompute(training: dict | None, errs: Collector) -> None:
         training.pop("recompute_num_layers", None)
 
 
+def _check_fp8_param_gather(training, p, errs: Collector) -> None:
+    """training.fp8_param_gather: Megatron-LM refuses --fp8-param-gather without the distributed
+    optimizer or FSDP (its arguments.py); torchtitan all-gathers FP8 weights for tensorwise scaling
+    only (enable_fsdp_float8_all_gather)."""
+    if not training or training.get("fp8_param_gather") is not True or training.get("precision") != "fp8":
+        return
+    if p is not None and (p.get("zero_stage") or 0) < 1:
+        errs.add("training.fp8_param_gather", "FP8 weights are gathered by the distributed optimizer (or FSDP) from "
+                 "their shards, and this plan has zero_stage 0", "set parallel.zero_stage: 1 (Megatron's distributed "
+                 "optimizer) or 3 (FSDP), or remove training.fp8_param_gather")
+    recipe = training.get("fp8_recipe", "delayed")
+    if recipe == "torchao_rowwise":
+        errs.add("training.fp8_param_gather", "torchao all-gathers FP8 weights for tensorwise scaling only; rowwise "
+                 "scales are per row of each GEMM's operand", "set fp8_recipe: torchao_tensorwise, or remove "
+                 "training.fp8_param_gather")
+    elif recipe in ("blockwise", "mxfp8"):
+        errs.add("training.fp8_param_gather", f"is modelled for the per-tensor recipes (one scale per weight, gathered "
+                 f"with its FP8 data); {recipe}'s block scales are not", "use fp8_recipe: delayed or current, or remove "
+                 "training.fp8_param_gather")
+
+
 def _check_op_recompute(model, training, p, errs: Collector) -> None:
     """recompute: op is torchtitan's op-level policy on its dense Llama-style layer
     (`LayerBuilder.op_recompute`); what it would save elsewhere is not modelled."""
@@ -989,6 +1010,10 @@ def _warn_unused(raw: dict, training: dict | None, parallel: dict | None, path: 
         warnings.warn(f"{path}: training.fp8_recipe {training['fp8_recipe']} is used only with training.precision: fp8; "
                       f"this run is {training.get('precision')}, so no FP8 recipe applies (set training.precision: fp8 to use it, "
                       "or remove the recipe)", stacklevel=3)
+    if training and given_t.get("fp8_param_gather") is True and training.get("precision") != "fp8":
+        warnings.warn(f"{path}: training.fp8_param_gather is used only with training.precision: fp8; this run is "
+                      f"{training.get('precision')}, so its weights are gathered in 16 bits (set training.precision: "
+                      "fp8 to use it, or remove it)", stacklevel=3)
     mode = training.get("recompute", "none") if training else "none"
     for key, uses in (("recompute_modules", "selective"), ("recompute_method", "full"), ("recompute_num_layers", "full")):
         if key in given_t and mode != uses:
@@ -1018,6 +1043,7 @@ def _warn_unused(raw: dict, training: dict | None, parallel: dict | None, path: 
 def _check_plan(model, training, parallel, cluster, topo, errs: Collector) -> None:
     p = parallel
     _check_recompute(training, errs)
+    _check_fp8_param_gather(training, p, errs)
     _check_op_recompute(model, training, p, errs)
     _check_ub_cfg(p, errs)
     if p.get("schedule") is not None and p["schedule"] not in SCHEDULES and not p.get("schedule_csv"):

@@ -237,6 +237,11 @@ class TrainingSpec:
                                  "(torchtitan) torchao_tensorwise, torchao_rowwise (16-bit inputs kept, recast in "
                                  "the backward)", default="delayed",
                                  dump_if=lambda t: t.precision == "fp8")
+    # Megatron-LM --fp8-param-gather (with the distributed optimizer or FSDP), torchtitan's
+    # float8 enable_fsdp_float8_all_gather
+    fp8_param_gather: bool = spec_field("bool", "with precision: fp8, the FP8 linears' weights are kept in FP8 "
+                                        "(no 16-bit copy) and all-gathered in FP8 (needs zero_stage >= 1)",
+                                        default=False, dump_if=lambda t: t.precision == "fp8")
     recompute: str = spec_field(("none", "selective", "full", "op"), "activation recomputation: selective "
                                 "(Megatron-core's recompute_modules), full (whole layers), or op (torchtitan's "
                                 "op-level selective checkpointing: every second matmul and the layer's non-matmul "

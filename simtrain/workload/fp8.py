@@ -103,6 +103,37 @@ def stored_bytes(recipe: str) -> float:
     return Q + SCALE.get(recipe, 0.0)
 
 
+# a weight's scale bytes per element: an fp32 scale per 128 x 128 tile (blockwise), a one-byte
+# E8M0 scale per 32 values (mxfp8); one scale per tensor otherwise
+WEIGHT_SCALE = {"blockwise": 4 / (128 * 128), "mxfp8": 1 / 32}
+
+
+def weight_bytes(recipe: str, param_gather: bool, sharded: bool) -> float:
+    """Device bytes per element of an FP8 GEMM's weight, as Transformer Engine keeps it:
+
+      16-bit weight   2 bytes, plus the FP8 copy TE caches for the step's later microbatches
+                      (`get_weight_workspace` under Megatron-core's is_first_microbatch): both
+                      layouts, rowwise for the forward and columnwise for the input gradient,
+                      2·(1 + scale) bytes
+      fp8_param_gather  the weight itself is TE's FP8 tensor (Megatron-LM --fp8-param-gather,
+                      `fp8_model_init`) with its columnwise copy: 2·(1 + scale), no 16-bit copy
+      sharded (ZeRO-3 / FSDP)  the shard alone persists, 16-bit or FP8 (1 + scale); the gathered
+                      layer is a transient buffer
+    torchao's float8 keeps the 16-bit weight and casts it for each GEMM (and, with the FP8 all-gather
+    of FSDP2, casts the shard before gathering it): 2 bytes, nothing cached."""
+    if recipe in TORCHAO:
+        return ACT_BYTES
+    one = Q + WEIGHT_SCALE.get(recipe, 0.0)      # (the loader allows param_gather with the per-tensor recipes only)
+    if sharded:
+        return one if param_gather else ACT_BYTES
+    return 2 * one if param_gather else ACT_BYTES + 2 * one
+
+
+GATHERED = Q
+"""Bytes per element an FP8 all-gather of a weight moves (per-tensor recipes: the rowwise FP8 data;
+the scale is one number per weight, and the columnwise copy is transposed from the gathered rows)."""
+
+
 def operand_bytes(dtype: str) -> float:
     """Bytes per element of a GEMM's input operand: 1 for FP8, else 16-bit."""
     return Q if dtype == "fp8" else ACT_BYTES

@@ -143,6 +143,23 @@ def with_split(lp: LayerProgram, hidden: int = 0, seq_shard: int = 1, fp8_kept: 
                         (tuple(w_ops),) if w_ops else (), kept)
 
 
+def fp8_weights(lp: LayerProgram) -> tuple[float, float]:
+    """(dense, expert) weight elements of the layer's FP8 GEMMs on this rank: every forward FP8
+    GEMM's n x k, times the experts of a grouped GEMM; a GEMM run in pieces (`Ring`) shares one
+    weight over them. The experts' GEMMs are named `experts.*`."""
+    dense = expert = 0.0
+    for it in lp.forward:
+        ops = it.segment if isinstance(it, Ring) else it if isinstance(it, tuple) else ()
+        for o in ops:
+            if o.kind == "gemm" and o.dtype == "fp8" and o.phase == "F":
+                w = o.group * o.shape[1] * o.shape[2]
+                if o.name.startswith("experts."):
+                    expert += w
+                else:
+                    dense += w
+    return dense, expert
+
+
 @dataclass(frozen=True)
 class StageWork:
     stage: int
@@ -160,6 +177,8 @@ class StageWork:
     send_bytes: float = 0.0       # activation (and gradient) bytes exchanged with a neighbour stage per microbatch
     recv_gather_bytes: float = 0.0   # bytes the receiver all-gathers over tp after a split pipeline message (0: not split)
     loss_working_bytes: float = 0.0  # transient beside the kept logits while the loss's backward runs (last stage)
+    layer_fp8_dense: tuple = ()      # per layer: the dense part's FP8 GEMM weight elements (`fp8_weights`), () without FP8
+    layer_fp8_expert: tuple = ()     # per layer: the experts' FP8 GEMM weight elements
     act_forward_bytes: float = 0.0   # transient peak of one microbatch's forward without autograd (forward-only pass):
                                      # the largest layer's activations with nothing recomputed, plus the logits on the last stage
 
@@ -180,6 +199,11 @@ class StageWork:
     def act_bytes(self) -> float:
         """Activation bytes one microbatch leaves stored on this stage between its F and backward."""
         return sum(self.act_layers) + self.act_bytes_pre + self.act_bytes_post
+
+    @property
+    def fp8_weight_elements(self) -> tuple[float, float]:
+        """(dense, expert) weight elements of this stage's FP8 GEMMs on one rank."""
+        return sum(self.layer_fp8_dense), sum(self.layer_fp8_expert)
 
     @property
     def weight_grad_bytes(self) -> float:
