@@ -365,3 +365,26 @@ def test_fp8_param_gather_rules(tmp_path, change, words):
 def test_fp8_param_gather_on_a_16_bit_run_warns(tmp_path):
     with pytest.warns(UserWarning, match="training.fp8_param_gather is used only with training.precision: fp8"):
         _dp2(tmp_path, recipe=None, gather=True, precision="bf16")
+
+
+@pytest.mark.parametrize("recipe,tp,want", [("current", 2, 2), ("delayed", 2, 0), ("current", 1, 0)])
+def test_current_scaling_reduces_the_amax_of_sharded_tensors_over_tp(tmp_path, recipe, tp, want):
+    """Under sequence parallelism a tensor is quantized on its shard before its FP8 all-gather, so
+    with current scaling the shards' amaxes are all-reduced over the tp group first (Transformer
+    Engine's Linear: a column-parallel input, a row-parallel output gradient). A Llama layer has two
+    of each: QKV's and fc1's inputs in the forward, the attention output's and fc2's output gradients
+    in the backward; each a 4-byte (one fp32) all-reduce, placed between the amax and the cast.
+    Delayed scaling takes its scale from the amax history, and without tp there is no shard."""
+    sc, _ = load_scenario(scenario(tmp_path, recipe=recipe, tp=tp))
+    lp = build_workload(sc, 1)[0].layers[0]
+
+    def amax(items):
+        return [(i, it) for i, it in enumerate(items) if isinstance(it, Comm) and it.name.startswith("amax_")]
+    fwd, bwd = amax(lp.forward), amax(lp.backward)
+    assert len(fwd) == len(bwd) == want
+    assert {c.name for _, c in fwd} == ({"amax_qkv", "amax_fc1_gate_up"} if want else set())
+    assert {c.name for _, c in bwd} == ({"amax_attn_out.dgrad", "amax_fc2.dgrad"} if want else set())
+    for i, c in fwd + bwd:
+        assert (c.kind, c.collective, c.size_bytes) == ("tp", "all_reduce", 4.0)
+        items = lp.forward if (i, c) in fwd else lp.backward
+        assert items[i - 1][-1].name.endswith("/amax") and items[i + 1][0].name.endswith("/cast")

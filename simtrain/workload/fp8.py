@@ -34,9 +34,10 @@ Recipes (TE's `transformer_engine.common.recipe` classes; Megatron-LM `--fp8-rec
 A grouped expert GEMM (one kernel over the local experts, `Op.group`) quantizes every row it
 runs and every local expert's weight. Under sequence parallelism the gathered inputs and output
 gradients are quantized on their shards and gathered in FP8 (`with_casts`).
-Not counted: the amax all-reduce of delayed scaling (a few kilobytes per microbatch over the
-amax-reduction group) and the norm's narrower FP8 write under delayed scaling (1 byte per element
-less than simtrain's 16-bit norm): each leaves FP8 steps slightly pessimistic.
+Current scaling under sequence parallelism all-reduces the amax of each tensor quantized on its
+shard over the tp group before the cast (`_amax_reduced`). Not counted: the amax all-reduce of
+delayed scaling (a few kilobytes per microbatch over the amax-reduction group) and the norm's
+narrower FP8 write under delayed scaling (1 byte per element less than simtrain's 16-bit norm).
 """
 from __future__ import annotations
 
@@ -206,11 +207,37 @@ def torchao_casts(base: str, phase: str, m: float, n: float, k: float, group: in
     return ops(base + ".quantize_grad", n * k, "W") + ops(base + ".quantize_input", m * k, "W")
 
 
+AMAX_BYTES = 4.0
+"""One fp32 amax: what a current-scaling amax all-reduce moves."""
+
+
+def _amax_reduced(ops: list, recipe: str, tp_sp: int) -> list:
+    """A compute segment's ops as items, with current scaling's amax all-reduce over the tp group
+    after the amax of each sequence-sharded tensor quantized before its FP8 all-gather: its shards
+    must share one scale. Transformer Engine sets it for a column-parallel linear's input and a
+    row-parallel linear's output gradient under sequence parallelism (`with_amax_reduction`,
+    `amax_reduction_group = tp_group`, in Linear's and LayerNormLinear's current-scaling quantizer
+    setup, transformer_engine/pytorch/module/linear.py)."""
+    if recipe != "current" or tp_sp <= 1:
+        return [tuple(ops)]
+    out, seg = [], []
+    for o in ops:
+        seg.append(o)
+        name, _, step = o.name.partition("/")
+        base, _, what = name.rpartition(".")
+        if step == "amax" and ((what == "quantize_input" and base in GATHERED_INPUT)
+                               or (what == "quantize_grad" and base.removesuffix(".dgrad") in GATHERED_GRAD)):
+            out += [tuple(seg), Comm("tp", "all_reduce", AMAX_BYTES, f"amax_{base}")]
+            seg = []
+    return out + ([tuple(seg)] if seg else [])
+
+
 def with_casts(items: list, recipe: str, microbatches: int, tp_sp: int = 1) -> list:
     """Layer-program items with the quantize kernels inserted before each FP8 GEMM: inside a
     compute segment, in front of the GEMM; for a GEMM run in pieces (`Ring`), once for the whole
     GEMM as a segment before it. Under sequence parallelism (`tp_sp` > 1) the all-gathers of the
-    FP8 GEMMs' inputs and output gradients move FP8 (`gather_factor`)."""
+    FP8 GEMMs' inputs and output gradients move FP8 (`gather_factor`), and current scaling
+    all-reduces those tensors' amaxes over the tp group first (`_amax_reduced`)."""
     out = []
     g = gather_factor(recipe)
     for it in items:
@@ -219,11 +246,11 @@ def with_casts(items: list, recipe: str, microbatches: int, tp_sp: int = 1) -> l
             for o in it:
                 seg.extend(casts_for(o, recipe, microbatches, tp_sp=tp_sp))
                 seg.append(o)
-            out.append(tuple(seg))
+            out += _amax_reduced(seg, recipe, tp_sp)
         elif isinstance(it, Ring):
-            pre = tuple(c for o in it.segment for c in casts_for(o, recipe, microbatches, o.shape[0] * it.steps, tp_sp))
+            pre = [c for o in it.segment for c in casts_for(o, recipe, microbatches, o.shape[0] * it.steps, tp_sp)]
             if pre:
-                out.append(pre)
+                out += _amax_reduced(pre, recipe, tp_sp)
             if tp_sp > 1 and it.comm.name in GATHERS:
                 it = replace(it, comm=replace(it.comm, size_bytes=it.comm.size_bytes * g))
             out.append(it)
