@@ -275,6 +275,8 @@ def h100_scenario(r: dict, profile: str | None = H100_PROFILE, fusions: dict | N
                 "precision": r["precision"], "recompute": r["recompute"], "flash_attention": bool(r["flash_attention"])}
     if r.get("fp8_recipe"):
         training["fp8_recipe"] = r["fp8_recipe"]
+    if r.get("fp8_param_gather"):
+        training["fp8_param_gather"] = True
     if fusions and not r.get("compile"):
         training["fusions"] = dict(fusions)     # the source's eager kernels (torch.compile off)
     if loss_kernel:
