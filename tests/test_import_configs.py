@@ -188,6 +188,15 @@ def test_fp8_param_gather_round_trip(tmp_path):
     assert (t["training"]["fp8_recipe"], t["training"]["fp8_param_gather"]) == ("current", True)
 
 
+def test_grad_reduce_in_bf16_round_trip(tmp_path):
+    src = ROOT / "scenarios" / "mixtral-8x7b-h100-64.yaml"
+    sc, _ = load_scenario(src, ["training.grad_reduce_in_bf16=true"])
+    args = megatron.to_args(sc.resolved())
+    assert "--grad-reduce-in-bf16" in args
+    t = run_import(tmp_path, "megatron", "--args", " ".join(args), "--world-size", "64", *H100, "--name", sc.name)
+    assert t["training"]["grad_reduce_in_bf16"] is True
+
+
 def test_megatron_fusion_switches_round_trip(tmp_path):
     """Megatron's --no-*-fusion switches and --cross-entropy-loss-fusion map onto training.fusions
     (their names in megatron/training/arguments.py), and export back to the same switches."""
@@ -487,19 +496,16 @@ def _import_warnings(tmp_path, capsys, *argv) -> list:
     return [x.removeprefix("warning: ") for x in capsys.readouterr().err.splitlines() if x.startswith("warning: ")]
 
 
-def test_grad_reduce_in_bf16_warns_and_fp8_param_gather_is_read(tmp_path, capsys):
-    """The Llama 3 8B FP8 script passes --grad-reduce-in-bf16 (bf16 gradients: 2 bytes per
-    parameter, where simtrain counts fp32's 4): named in a warning of its own that says what it
-    means for the answer. In its fp8 branch (delayed scaling, Megatron-LM's default recipe) it
-    passes --fp8-param-gather, which becomes training.fp8_param_gather without a warning; neither
+def test_grad_reduce_in_bf16_and_fp8_param_gather_are_read(tmp_path, capsys):
+    """The Llama 3 8B FP8 script passes --grad-reduce-in-bf16 (bf16 gradients) and, in its fp8
+    branch (delayed scaling, Megatron-LM's default recipe), --fp8-param-gather: they become
+    training.grad_reduce_in_bf16 and training.fp8_param_gather, without a warning, and neither
     hides in the ignored list."""
     f = str(MEG / "train_llama3_8b_h100_fp8.sh")
     msgs = _import_warnings(tmp_path, capsys, f, *H100)
-    grad = [m for m in msgs if m.startswith(f"{f}: --grad-reduce-in-bf16: ")]
-    assert len(grad) == 1 and "counted at 4 bytes per parameter where the run uses 2" in grad[0]
-    assert "gradient memory and the data-parallel gradient reduction" in grad[0]
-    assert not [m for m in msgs if "--fp8-param-gather" in m]
-    assert yaml.safe_load((tmp_path / "s.yaml").read_text())["training"]["fp8_param_gather"] is True
+    assert not [m for m in msgs if "--grad-reduce-in-bf16" in m or "--fp8-param-gather" in m]
+    t = yaml.safe_load((tmp_path / "s.yaml").read_text())["training"]
+    assert t["grad_reduce_in_bf16"] is True and t["fp8_param_gather"] is True
 
 
 def test_fp8_param_gather_with_block_scales_warns(tmp_path, capsys):

@@ -52,9 +52,6 @@ _REFUSED = {
 # arguments simtrain ignores that change the simulated answer: each gets its own warning saying how
 # (the others are listed together in one "ignored" warning)
 _DIFFERS = {
-    "--grad-reduce-in-bf16": "the run keeps and reduces gradients in bf16, but simtrain counts fp32 gradients: gradient "
-                             "memory and the data-parallel gradient reduction are counted at 4 bytes per parameter where "
-                             "the run uses 2 (both come out twice the run's)",
     "--fp8-param-gather": "the run keeps its compute weights in fp8 and all-gathers them in fp8 with block scales, which "
                           "simtrain models for the per-tensor recipes only: its weights and their all-gather are counted "
                           "in 16 bits (weight memory comes out 2 bytes per FP8 weight higher, the gather twice the run's)",
@@ -520,6 +517,8 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
         else:
             warnings.warn(f"{file}: --fp8-recipe {recipe}: without --fp8-format the run is not FP8 (Megatron-LM "
                           f"reads the recipe only with it); simulated in {prec}", stacklevel=2)
+    if _flag(f, "--grad-reduce-in-bf16") and prec != "fp16":
+        training["grad_reduce_in_bf16"] = True   # fp16 training's gradients are 16-bit already
     if prec == "fp8" and training.get("fp8_recipe", "delayed") in ("delayed", "current") and _flag(f, "--fp8-param-gather"):
         training["fp8_param_gather"] = True      # weights kept and all-gathered in FP8 (training.fp8_param_gather)
     fusions = {key: False for flag, key in _FUSION_OFF_FLAGS.items() if _flag(f, flag)}
@@ -529,9 +528,7 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
         training["fusions"] = fusions
 
     for name, why in _DIFFERS.items():
-        if name == "--grad-reduce-in-bf16" and prec == "fp16":
-            f.use(name)                      # fp16 training: simtrain's gradients are 16-bit too
-        elif name == "--fp8-param-gather" and (training.get("fp8_param_gather") or prec != "fp8"):
+        if name == "--fp8-param-gather" and (training.get("fp8_param_gather") or prec != "fp8"):
             f.use(name)                      # read above; without FP8 Megatron-LM has no FP8 weights to gather
         elif _flag(f, name):
             warnings.warn(f"{file}: {name}: {why}", stacklevel=2)
@@ -665,6 +662,8 @@ def to_args(tree: dict[str, Any]) -> list[str]:
         add("--use-distributed-optimizer")
     if p.get("overlap_grad_reduce"):
         add("--overlap-grad-reduce")
+    if t.get("grad_reduce_in_bf16"):
+        add("--grad-reduce-in-bf16")
     if p.get("overlap_param_gather"):
         add("--overlap-param-gather")
     add("--micro-batch-size", t["micro_batch_size"])

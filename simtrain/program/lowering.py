@@ -59,7 +59,7 @@ from simtrain.program.optimizer import GRAD_NORM_BYTES, optimizer_step, post_val
 from simtrain.program.pipeline import PipelineTraffic
 from simtrain.schedules import Action, Schedule
 from simtrain.spec.scenario import Scenario
-from simtrain.workload.ir import Comm, Op, Ring, StageWork, overlapped_tp
+from simtrain.workload.ir import Comm, Op, Ring, StageWork, grad_bytes, overlapped_tp
 from simtrain.workload.moe import node_limited_share
 
 
@@ -89,7 +89,7 @@ class Lowering:
         self.ops: list = []
         self.send_of: dict = {}      # (class id, F|B, mb, chunk) -> send op id
         self.pending_recv: list = [] # (op, producer class, F|B, mb, chunk) resolved after all classes
-        self.grad_bytes = 2.0 if sc.training.precision == "fp16" else 4.0
+        self.grad_bytes = grad_bytes(sc.training)
         self._seg_cache: dict = {}
         self.pairs: list = []        # (first compute op of each chain) of overlapped pairs
         self._items_cache: dict = {}

@@ -134,7 +134,7 @@ def optimizer_step(prog: ClassLowering, grads: GradientTraffic, deps: list[int],
     if t.optimizer_offload == "cpu":
         # ZeRO-Offload: the local shard's gradients to the host, the updated 16-bit weights back,
         # one direction each over the host link (the CPU's Adam itself is not timed)
-        gb = 2.0 if t.precision == "fp16" else 4.0
+        gb = low.grad_bytes
         bw = get_device(prog.sc.cluster.device).host_bandwidth
         return low._new(c, stream="compute", kind="compute", category="opt",
                         duration=(gb + 2.0) * local / bw, label="optimizer_step_offload", deps=deps)

@@ -20,14 +20,14 @@ from typing import Any
 
 from simtrain.spec.scenario import Scenario
 from simtrain.workload import fp8
-from simtrain.workload.ir import ACT_BYTES
+from simtrain.workload.ir import ACT_BYTES, grad_bytes
 
 
 def static_memory(sc: Scenario, params: float, expert_params: float = 0.0, fp8_dense: float = 0.0,
                   fp8_expert: float = 0.0) -> dict:
     """Per-rank bytes of weights, gradients and optimizer state (Megatron distributed-optimizer table,
     Megatron-LM docs/source/api-guide/dist_optimizer.md: bf16 params with fp32 grads = 2 + 4 + 12
-    bytes per parameter, fp16 = 2 + 2 + 16; optimizer_moments bf16 takes 4 off the optimizer's; ZeRO-1 shards the optimizer over dp, ZeRO-2 also the
+    bytes per parameter, fp16 = 2 + 2 + 16; grad_reduce_in_bf16 takes the gradients to 2; optimizer_moments bf16 takes 4 off the optimizer's; ZeRO-1 shards the optimizer over dp, ZeRO-2 also the
     gradients, ZeRO-3 also the weights). With training.optimizer_offload: cpu the optimizer state
     is in host memory (ZeRO-Offload, Ren et al. 2021): none on the device. A forward-only pass (training.forward_only) has no gradients
     and no optimizer state: weights alone. Dense weights shard over the dp x cp ranks that hold them,
@@ -37,7 +37,7 @@ def static_memory(sc: Scenario, params: float, expert_params: float = 0.0, fp8_d
     FP8 GEMMs (`StageWork.fp8_weight_elements`), `fp8.weight_bytes` per element instead of 2."""
     p = sc.parallel
     fp16 = sc.training.precision == "fp16"
-    wb, gb, ob = 2.0, (2.0 if fp16 else 4.0), (16.0 if fp16 else 12.0)
+    wb, gb, ob = 2.0, grad_bytes(sc.training), (16.0 if fp16 else 12.0)
     if sc.training.optimizer_moments == "bf16":
         ob -= 4.0               # Adam's two moments in 2 bytes each instead of 4 (DeepSeek-V3 §3.3.3)
     if sc.training.optimizer_offload == "cpu":

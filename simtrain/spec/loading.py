@@ -1010,6 +1010,9 @@ def _warn_unused(raw: dict, training: dict | None, parallel: dict | None, path: 
         warnings.warn(f"{path}: training.fp8_recipe {training['fp8_recipe']} is used only with training.precision: fp8; "
                       f"this run is {training.get('precision')}, so no FP8 recipe applies (set training.precision: fp8 to use it, "
                       "or remove the recipe)", stacklevel=3)
+    if training and given_t.get("grad_reduce_in_bf16") is True and training.get("precision") == "fp16":
+        warnings.warn(f"{path}: training.grad_reduce_in_bf16 has no effect in fp16 training, whose gradients are "
+                      "16-bit already (remove it, or set training.precision: bf16)", stacklevel=3)
     if training and given_t.get("fp8_param_gather") is True and training.get("precision") != "fp8":
         warnings.warn(f"{path}: training.fp8_param_gather is used only with training.precision: fp8; this run is "
                       f"{training.get('precision')}, so its weights are gathered in 16 bits (set training.precision: "

@@ -237,6 +237,11 @@ class TrainingSpec:
                                  "(torchtitan) torchao_tensorwise, torchao_rowwise (16-bit inputs kept, recast in "
                                  "the backward)", default="delayed",
                                  dump_if=lambda t: t.precision == "fp8")
+    # Megatron-LM --grad-reduce-in-bf16 (megatron-core DDP grad_reduce_in_fp32 = False)
+    grad_reduce_in_bf16: bool = spec_field("bool", "the gradient buffer the backward accumulates into, and the "
+                                           "data-parallel reduction of it, in bf16 (2 bytes per parameter) instead of "
+                                           "fp32; fp16 training's gradients are 16-bit already",
+                                           default=False, dump_if=lambda t: t.grad_reduce_in_bf16)
     # Megatron-LM --fp8-param-gather (with the distributed optimizer or FSDP), torchtitan's
     # float8 enable_fsdp_float8_all_gather
     fp8_param_gather: bool = spec_field("bool", "with precision: fp8, the FP8 linears' weights are kept in FP8 "

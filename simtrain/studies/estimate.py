@@ -29,7 +29,7 @@ from simtrain.program.optimizer import OPT_BYTES_PER_PARAM
 from simtrain.schedules import Schedule, schedule_for
 from simtrain.spec.scenario import Scenario
 from simtrain.workload.build import build_workload
-from simtrain.workload.ir import Comm, Ring
+from simtrain.workload.ir import Comm, Ring, grad_bytes
 
 
 def estimate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None, schedule: Schedule | None = None,
@@ -86,13 +86,13 @@ def estimate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
     params = max(sum(work[k].params for k in sched.stage_of[r]) for r in range(p.pp))
     local = params / (p.dp * p.cp if p.zero_stage >= 1 else 1)
     opt = costs.memory_time(OPT_BYTES_PER_PARAM * local)
-    grad_bytes = 2.0 if sc.training.precision == "fp16" else 4.0
+    gbytes = grad_bytes(sc.training)
     dp_t = 0.0
     if "dp" in shapes:
         coll = "all_reduce" if p.zero_stage == 0 else "reduce_scatter"
         bucket = min(p.bucket_size_params, params)
         n_buckets = -(-params // bucket)
-        one = collective(coll, grad_bytes * bucket, shapes["dp"], topo, net.algorithm_for(coll), net.protocol).seconds
+        one = collective(coll, gbytes * bucket, shapes["dp"], topo, net.algorithm_for(coll), net.protocol).seconds
         whole = n_buckets * one
         # gradients accumulate over microbatches: the reduction can only overlap the last
         # microbatch's backward on the rank; the last bucket always comes after it

@@ -15,6 +15,12 @@ from dataclasses import dataclass, replace
 ACT_BYTES = 2          # activations in 16-bit (fp8 GEMMs still keep 16-bit activations)
 
 
+def grad_bytes(training) -> float:
+    """Bytes per parameter of the gradient buffer and of its data-parallel reduction: fp32, or
+    16-bit in fp16 training and with `grad_reduce_in_bf16` (Megatron-LM --grad-reduce-in-bf16)."""
+    return 2.0 if training.precision == "fp16" or training.grad_reduce_in_bf16 else 4.0
+
+
 @dataclass(frozen=True)
 class Op:
     name: str
