@@ -11,11 +11,12 @@ tuple of Ops with no communication point between them.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 ACT_BYTES = 2          # activations in 16-bit (fp8 GEMMs still keep 16-bit activations)
 
 
-def grad_bytes(training) -> float:
+def grad_bytes(training: Any) -> float:
     """Bytes per parameter of the gradient buffer and of its data-parallel reduction: fp32, or
     16-bit in fp16 training and with `grad_reduce_in_bf16` (Megatron-LM --grad-reduce-in-bf16)."""
     return 2.0 if training.precision == "fp16" or training.grad_reduce_in_bf16 else 4.0
