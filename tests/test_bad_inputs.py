@@ -192,6 +192,8 @@ CASES = [
     Case("spines-1e9", "scale_out.spines", "<=", limit=True, topo=(("scale_out.spines", "1000000000"),)),
     Case("torus-dims-1e5", "dims", "", limit=True, topology=TORUS, topo=(("dims", "[100000, 100000, 100000]"),),
          set=(("cluster.nodes", "16"), ("parallel.dp", "4"))),
+    Case("choice-given-yaml-off", "training.recompute", "YAML reads off, no and false as false; write one of the words (e.g. none)",
+         argv=("--set", "training.recompute=off")),
     Case("hidden-size-negative-example-is-a-hidden-size", "model.hidden_size", "write e.g. `4096`",
          set=(("model.hidden_size", "-5"),)),
     Case("num-layers-1e6", "model.num_layers", "<=", limit=True, set=(("model.num_layers", "1000000"),)),

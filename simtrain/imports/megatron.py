@@ -317,8 +317,8 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
     elif world is None:
         errs.add("--world-size", "the world size is not given (no torchrun --nnodes / --nproc-per-node)",
                  "pass --world-size N (all devices of the job)")
-    if _flag(f, "--sequence-parallel"):
-        par["sequence_parallel"] = True
+    if _flag(f, "--sequence-parallel") and (tp or 1) > 1:
+        par["sequence_parallel"] = True         # at tp 1 Megatron-LM switches it off, so the file leaves it out
     if _flag(f, "--tp-comm-overlap"):
         par["tp_comm_overlap"] = "userbuffers"
         if f.has("--tp-comm-overlap-cfg"):

@@ -425,6 +425,12 @@ def parse_value(value: Any, kind: Any, path: str, errs: Collector, example: str 
             near = difflib.get_close_matches(value, [str(c) for c in kind], 1, 0.75) if isinstance(value, str) else []
             if near:
                 fix = f"did you mean {near[0]}?"
+            elif isinstance(value, bool):
+                # YAML 1.1 reads off / no / on / yes as booleans: say so, and quote a word that is meant
+                off = "none" if "none" in kind else None
+                words = "on, yes and true" if value else "off, no and false"
+                fix = (f"YAML reads {words} as {str(value).lower()}; write one of the words"
+                       + (f" (e.g. {off})" if off and value is False else ""))
             errs.add(path, f"{short(value, 60)} is not one of {', '.join(map(str, kind))}", fix)
             return None
         return value
