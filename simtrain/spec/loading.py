@@ -914,7 +914,10 @@ def _check_recompute(training: dict | None, errs: Collector) -> None:
     if isinstance(mods, str):
         mods = [mods]
     if not isinstance(mods, (list, tuple)) or not mods or any(m not in RECOMPUTE_MODULES for m in mods):
-        errs.add("training.recompute_modules", f"expected a list of {', '.join(RECOMPUTE_MODULES)}, got {mods!r}",
+        bad = [m for m in mods if m not in RECOMPUTE_MODULES] if isinstance(mods, (list, tuple)) else []
+        which = f" ({', '.join(map(repr, bad))} is not one)" if len(bad) == 1 else (
+            f" ({', '.join(map(repr, bad))} are not)" if bad else "")
+        errs.add("training.recompute_modules", f"expected a list of {', '.join(RECOMPUTE_MODULES)}, got {mods!r}{which}",
                  "write e.g. [core_attn] or [layernorm, mla_up_proj, moe_act]")
         mods = ("core_attn",)
     # another mode's keys are unused, as Megatron-LM ignores them (`_warn_unused` says so): the
