@@ -66,7 +66,7 @@ class GradientTraffic:
             for ch in range(num_chunks):
                 w = self.prog.work(ch)
                 for l in range(w.num_layers):
-                    op = self.dp_comm("all_gather", self.gathered(w.layer_dense[l], self._fp8(w.layer_fp8_dense, l)),
+                    op = self.dp_comm("all_gather", self.gathered(w.layer_dense[l], w.layer_fp8[l][0]),
                                       f"param_ag_l{l}", [], -1, ch)
                     self.param_gather[(ch, l)] = op.id
 
@@ -90,14 +90,9 @@ class GradientTraffic:
                           [ends[-2].id] if len(ends) >= 2 else [], a.microbatch, a.chunk)
         return [ag.id]
 
-    @staticmethod
-    def _fp8(per_layer: tuple, l: int) -> float:
-        return per_layer[l] if per_layer else 0.0
-
     def _layer_gathered(self, w: StageWork, l: int) -> float:
         """Bytes of layer l's FSDP gather (dense and expert parameters)."""
-        return self.gathered(w.layer_dense[l] + w.layer_expert[l],
-                             self._fp8(w.layer_fp8_dense, l) + self._fp8(w.layer_fp8_expert, l))
+        return self.gathered(w.layer_dense[l] + w.layer_expert[l], sum(w.layer_fp8[l]))
 
     def _edge_params(self, w: StageWork) -> float:
         return w.params - sum(w.layer_dense) - sum(w.layer_expert) if self.zero == 3 and self.dp_on else 0.0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from simtrain.plan.layers import stage_layer_counts
 from simtrain.spec.scenario import Scenario
-from simtrain.workload.ir import ACT_BYTES, StageWork, fp8_weights
+from simtrain.workload.ir import ACT_BYTES, StageWork
 from simtrain.workload.memory import recompute_modes, recompute_working
 from simtrain.workload.moe import layer_kinds, routing_shares
 from simtrain.workload.transformer import LayerBuilder
@@ -100,7 +100,6 @@ def build_workload(sc: Scenario, num_stages: int | None = None, ep_rank: int = 0
         # op-level checkpointing rebuilds one layer at a time: what it did not keep
         working = max([working] + [w - a for (m, w), a in zip(whole, acts) if m == "op"])
         params = sum(dense) + sum(expert)
-        fw = [fp8_weights(lp) for lp in layers]
         if s == first_lm:
             params += emb_params
         if s == S - 1:
@@ -122,6 +121,5 @@ def build_workload(sc: Scenario, num_stages: int | None = None, ep_rank: int = 0
             loss_working_bytes=bld.loss_working() if s == S - 1 else 0.0,
             act_working_bytes=working, expert_params=sum(expert), send_bytes=send, recv_gather_bytes=gather,
             act_forward_bytes=fwd + (bld.act_post() if s == S - 1 else 0.0),
-            layer_fp8_dense=tuple(d for d, _ in fw), layer_fp8_expert=tuple(e for _, e in fw),
         ))
     return tuple(out)

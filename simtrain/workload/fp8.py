@@ -182,12 +182,17 @@ def casts_for(op: Op, recipe: str, microbatches: int, rows: float | None = None,
         return torchao_casts(base, op.phase, m, n, k, g)
     if op.phase == "W":
         return ()
+    shards = tp_sp if sharded(base, op.phase) else 1
     if op.phase == "F":
-        shards = tp_sp if base in GATHERED_INPUT else 1
         return (quantize_ops(recipe, base + ".quantize_input", g * m * k, "F", base in NORM_FED, shards)
                 + quantize_ops(recipe, base + ".quantize_weight", g * n * k / microbatches, "F"))
-    shards = tp_sp if base.removesuffix(".dgrad") in GATHERED_GRAD else 1
     return quantize_ops(recipe, base + ".quantize_grad", g * m * k, "B", shards=shards)
+
+
+def sharded(base: str, phase: str) -> bool:
+    """Whether GEMM `base`'s quantized operand (its input in the forward, its output gradient in
+    the backward) comes by a sequence-parallel all-gather, so it is quantized on its shard."""
+    return base in GATHERED_INPUT if phase == "F" else base.removesuffix(".dgrad") in GATHERED_GRAD
 
 
 def torchao_casts(base: str, phase: str, m: float, n: float, k: float, group: int = 1) -> tuple:
@@ -225,8 +230,7 @@ def _amax_reduced(ops: list, recipe: str, tp_sp: int) -> list:
         seg.append(o)
         name, _, step = o.name.partition("/")
         base, _, what = name.rpartition(".")
-        if step == "amax" and ((what == "quantize_input" and base in GATHERED_INPUT)
-                               or (what == "quantize_grad" and base.removesuffix(".dgrad") in GATHERED_GRAD)):
+        if step == "amax" and what in ("quantize_input", "quantize_grad") and sharded(base, o.phase):
             out += [tuple(seg), Comm("tp", "all_reduce", AMAX_BYTES, f"amax_{base}")]
             seg = []
     return out + ([tuple(seg)] if seg else [])

@@ -11,6 +11,7 @@ tuple of Ops with no communication point between them.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 ACT_BYTES = 2          # activations in 16-bit (fp8 GEMMs still keep 16-bit activations)
@@ -184,8 +185,6 @@ class StageWork:
     send_bytes: float = 0.0       # activation (and gradient) bytes exchanged with a neighbour stage per microbatch
     recv_gather_bytes: float = 0.0   # bytes the receiver all-gathers over tp after a split pipeline message (0: not split)
     loss_working_bytes: float = 0.0  # transient beside the kept logits while the loss's backward runs (last stage)
-    layer_fp8_dense: tuple = ()      # per layer: the dense part's FP8 GEMM weight elements (`fp8_weights`), () without FP8
-    layer_fp8_expert: tuple = ()     # per layer: the experts' FP8 GEMM weight elements
     act_forward_bytes: float = 0.0   # transient peak of one microbatch's forward without autograd (forward-only pass):
                                      # the largest layer's activations with nothing recomputed, plus the logits on the last stage
 
@@ -207,10 +206,15 @@ class StageWork:
         """Activation bytes one microbatch leaves stored on this stage between its F and backward."""
         return sum(self.act_layers) + self.act_bytes_pre + self.act_bytes_post
 
+    @cached_property
+    def layer_fp8(self) -> tuple:
+        """Per layer, (dense, expert) weight elements of its FP8 GEMMs on one rank (`fp8_weights`)."""
+        return tuple(fp8_weights(lp) for lp in self.layers)
+
     @property
     def fp8_weight_elements(self) -> tuple[float, float]:
         """(dense, expert) weight elements of this stage's FP8 GEMMs on one rank."""
-        return sum(self.layer_fp8_dense), sum(self.layer_fp8_expert)
+        return sum(d for d, _ in self.layer_fp8), sum(e for _, e in self.layer_fp8)
 
     @property
     def weight_grad_bytes(self) -> float:
