@@ -39,6 +39,9 @@ class FixedBackend:
     def seconds(nbytes: float) -> float:
         return LATENCY + nbytes / BANDWIDTH
 
+    def shares_links(self, kind, c):
+        return False
+
     def collective(self, collective, nbytes, kind, c):
         self.seen[(kind, collective, nbytes, c.shape_of(kind).size)] = None
         return Timing(self.seconds(nbytes))

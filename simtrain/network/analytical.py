@@ -1,5 +1,11 @@
 """The closed-form network backend: collectives by NCCL's cost model (`collectives.choose`),
-transfers as latency plus bytes over bandwidth, no contention between ops.
+transfers as latency plus bytes over bandwidth.
+
+Ops contend only on a fabric with an oversubscribed tier (`Topology.oversubscribed`): there a
+ring collective that leaves its leaf carries the load its pipeline stage's rings put on each
+leaf's (and pod's) uplinks (`Topology.tier_loads`), and the engine shares those among the ops
+that overlap in the run (`engine.core.FluidNetwork`) -- two stages' gradient reductions through
+one leaf's uplinks slow each other down, one stage's alone does not.
 
 Takes the scenario's algorithm and protocol choices and the device profile's measured collective
 tables (where a table covers a collective, the measurement times it); returns a `Timing` without
@@ -36,7 +42,9 @@ class AnalyticalBackend:
         self.grid = RankGrid(p.tp, p.cp, p.dp, p.pp, p.ep, p.etp)
         self.place = place
         self.moe = sc.model.moe is not None
-        self._shapes: dict = {}      # (kind, stage) -> the shape with its ring's tier bandwidth
+        self._shapes: dict = {}      # (kind, stage) -> (the ring's tier bandwidth, its flows' sources, destinations)
+        self._loads: dict = {}       # (kind, stage, share) -> the tier load of a class's ring
+        self.per_stage = self.grid.world // p.pp
 
     def loaded_shape(self, kind: str, c: RankClass) -> GroupShape:
         """The class's group shape; on a fabric with an oversubscribed tier (`Topology.tier_bandwidth`),
@@ -48,9 +56,31 @@ class AnalyticalBackend:
             return shape
         if (kind, c.stage) not in self._shapes:
             for stage, (src, dst) in ring_flows(self.grid, kind, self.place, self.topo).items():
-                self._shapes[(kind, stage)] = self.topo.tier_bandwidth(src, dst) if src else None
-        bw = self._shapes.get((kind, c.stage))
+                self._shapes[(kind, stage)] = (self.topo.tier_bandwidth(src, dst) if src else None, src, dst)
+        bw = self._shapes.get((kind, c.stage), (None,))[0]
         return shape if bw is None else LoadedShape(**vars(shape), ring_net_bw=bw)
+
+    def shares_links(self, kind: str, c: RankClass) -> bool:
+        """True where class c's collectives of the kind carry a tier load (a ring of its stage
+        leaves its leaf on an oversubscribed fabric): the lowering keeps them as their own ops."""
+        return isinstance(self.loaded_shape(kind, c), LoadedShape)
+
+    def tier_load(self, kind: str, c: RankClass, cost: Cost) -> tuple:
+        """Class c's share of the load its stage's rings of `kind` put on the oversubscribed
+        tiers: every ring flow at the per-flow bandwidth it gets alone (`loaded_shape`), for the
+        part of the collective that moves bytes (its transfer term over its time), times the
+        class's share of the stage's ranks, so that the stage's classes together carry the
+        stage's load. Only ring collectives (the flows laid out); others carry none."""
+        hit = self._shapes.get((kind, c.stage))
+        if cost.algorithm != "ring" or hit is None or hit[0] is None or cost.seconds <= 0:
+            return ()
+        key = (kind, c.stage, c.multiplicity, cost.transfer / cost.seconds)
+        out = self._loads.get(key)
+        if out is None:
+            bw, src, dst = hit
+            share = c.multiplicity / self.per_stage * key[3]
+            out = self._loads[key] = tuple((e, share * u) for e, u in self.topo.tier_loads(src, dst, bw))
+        return out
 
     def shape_cost(self, collective: str, nbytes: float, shape: GroupShape) -> Cost:
         """The Cost of a collective over a group of this shape (the scenario's algorithm and
@@ -65,6 +95,8 @@ class AnalyticalBackend:
         pick = self.chosen.get(key)
         if pick is None:
             pick = self.chosen[key] = self.shape_cost(collective, nbytes, shape)
+        if isinstance(shape, LoadedShape):
+            return Timing(pick.seconds, self.tier_load(kind, c, pick))
         return Timing(pick.seconds)
 
     def group_collective(self, collective: str, nbytes: float, devices: tuple) -> Timing:

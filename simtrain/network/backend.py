@@ -4,7 +4,9 @@ A backend takes one step's communication as the lowering meets it -- a rank clas
 (its kind, collective and bytes), a point-to-point transfer (bytes over a link class), a
 pipeline send that every rank of a class makes at once -- and returns its `Timing`: the seconds
 it takes when nothing else runs, the load it leaves on the links that the engine shares among
-overlapping ops (`engine.core.FluidNetwork`), and the key the backend's report knows it by.
+overlapping ops (`engine.core.FluidNetwork`), and the key the backend's report knows it by. A
+backend whose ops all contend says so (`contended`); one where only some do (the analytical
+backend's rings over an oversubscribed tier) answers `shares_links` per class and kind.
 After the run it gives the result its collectives section (which algorithm and protocol each
 distinct collective ran with) and, where it models links, the busiest links and their load
 over the step.
@@ -55,6 +57,11 @@ class NetworkBackend(Protocol):
     notes: set
     """What the backend had to stretch (a measured table used beyond its sizes or group): reported
     with the result's calibration warnings."""
+
+    def shares_links(self, kind: str, c: RankClass) -> bool:
+        """True where class c's collectives of `kind` may carry a link load (their time then
+        depends on what else runs, so the lowering keeps each as its own op)."""
+        ...
 
     def collective(self, collective: str, nbytes: float, kind: str, c: RankClass) -> Timing:
         """A collective of `nbytes` (the nccl-tests buffer) over class c's group of `kind`."""

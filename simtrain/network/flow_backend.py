@@ -61,6 +61,9 @@ class FlowBackend:
                 (e, share * x / (t * cap[e])) for e, x in sorted(moved.items()) if e in out and x > 0) if t > 0 else ()
         return hit
 
+    def shares_links(self, kind: str, c: RankClass) -> bool:
+        return True
+
     def collective(self, collective: str, nbytes: float, kind: str, c: RankClass) -> Timing:
         """One collective run by every group of its kind in the class's stage at once
         (`FlowNetwork.select`); the class's load is its share of the stage's ranks."""

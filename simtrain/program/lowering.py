@@ -34,7 +34,8 @@ rises at F and falls at W / BW.
 
 Every collective and transfer is timed by the step's network backend (`network.backend`); the
 lowering never asks which one it has. Where the backend's ops contend during the run
-(`contended`), no collective is folded and no compute chain merged.
+(`contended`), no collective is folded and no compute chain merged; where only some do
+(`shares_links`), those are not folded.
 
 This module walks the schedule; the program's other parts are composed in: `pipeline` (sends,
 receives, split-message gathers), `gradients` (buckets, ZeRO, FSDP), `optimizer` (DualPipe's
@@ -142,10 +143,10 @@ class Lowering:
     def fusable(self, c: RankClass, comm: Comm) -> bool:
         """A collective can be folded into the compute op before it when nothing but that op can
         start or delay it: its whole group is this class (no rendezvous with other ranks), no
-        overlapped pair shares its stream, and no other transfer contends with it (a backend
-        without contention between ops). The compute stream waits for it either way, so the step
+        overlapped pair shares its stream, and no other transfer contends with it (the backend
+        gives its kind no link load, `shares_links`). The compute stream waits for it either way, so the step
         is the same."""
-        return self.fuse and len(c.peers_of(comm.kind)) == 1
+        return self.fuse and len(c.peers_of(comm.kind)) == 1 and not self.network.shares_links(comm.kind, c)
 
     def slowest_link(self, class_ids: Sequence[int]) -> float:
         """A collective or transfer is as slow as the slowest member's links."""
@@ -212,9 +213,11 @@ class ClassLowering:
             if a.kind in ("W", "BW"):
                 self.final_w[a.chunk] = i
         # what an items() call's result depends on besides the items: the class's costs, link
-        # factor, which of its groups are class-local (foldable) and their shapes (their cost)
+        # factor, which of its groups are class-local (foldable), which share links, and their
+        # shapes (their cost)
         self.cost_key = (id(low.costs_of(c)), low.link_factor.get(c.id, 1.0),
                          tuple(sorted((k, len(v)) for k, v in (c.peers or {}).items())),
+                         tuple(sorted(k for k in (c.peers or {}) if low.network.shares_links(k, c))),
                          tuple(sorted((c.shapes or {}).items())))
         self.op0 = len(low.ops)          # this class's ops start here (classes are lowered one by one)
         self.forward_only = low.sc.training.forward_only

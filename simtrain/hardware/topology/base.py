@@ -152,6 +152,11 @@ class Topology:
         tiers, alone on the fabric (`Fabric.tier_bandwidth`); None: the full-load link class."""
         return self.fabric.tier_bandwidth(src, dst)
 
+    def tier_loads(self, src: np.ndarray, dst: np.ndarray, rate: float) -> tuple:
+        """((tier resource, fraction of its capacity), ...) these concurrent flows use at `rate`
+        bytes/s each (`Fabric.tier_loads`); () where `tier_bandwidth` is None."""
+        return self.fabric.tier_loads(src, dst, rate)
+
     def placement_levels(self) -> list:
         """Nested containers for topology-aware placement, coarsest first: per level, the
         container of each node (e.g. [pod of node, unit of node] on a three-level fat-tree)."""
@@ -233,6 +238,11 @@ class Fabric(ABC):
         or no closed form for this builder). The analytical backend times a ring's network hops
         with it, as the flow backend's max-min sharing does (fat-tree: perfect ECMP spreading)."""
         return None
+
+    def tier_loads(self, src: np.ndarray, dst: np.ndarray, rate: float) -> tuple:
+        """The oversubscribed tiers' load of these flows at `rate` each (see `tier_bandwidth`):
+        () where that has no closed form."""
+        return ()
 
     def span_class(self, devices: Iterable[int]) -> str:
         t = self.t

@@ -516,6 +516,35 @@ class FatTree(Fabric):
         Megatron order leave each 16-node leaf by one hop each, 8 flows over 1.6 TB/s, so each
         gets its NIC's 25 GB/s, not the full-load 12.5 GB/s; with the nodes scattered over the
         leaves every hop leaves its leaf, 128 flows, 12.5 GB/s."""
+        tiers = self._tiers(src, dst)
+        if tiers is None:
+            return None
+        bw = self.s.nic_bw / self.dpnic
+        for _, up, down, cap in tiers:
+            bw = min(bw, cap / max(up.max(), down.max()))
+        return float(bw)
+
+    def tier_loads(self, src: np.ndarray, dst: np.ndarray, rate: float) -> tuple:
+        """((tier resource, fraction of its capacity), ...) that these concurrent flows use when
+        each runs at `rate` bytes/s: per leaf its uplinks out and in, per pod (three levels) its
+        core links out and in, each tier's capacity spread evenly over its equal-cost paths as
+        in `tier_bandwidth`. () where `tier_bandwidth` is None. Worked example (dgx-a100-2to1,
+        128 nodes, scattered): the 8 dp rings of one pipeline stage of tp 8 x pp 2 x dp 64 leave
+        each leaf by 64 flows at the NIC's 25 GB/s, 1.6 TB/s of the leaf's 1.6 TB/s: 1.0 out and
+        in on every leaf; a second stage's rings at the same time make it 2.0, so each gets half."""
+        tiers = self._tiers(src, dst)
+        if tiers is None:
+            return ()
+        out = []
+        for name, up, down, cap in tiers:
+            for way, counts in (("up", up), ("down", down)):
+                out += [((name, way, int(i)), float(n * rate / cap)) for i, n in enumerate(counts.tolist()) if n]
+        return tuple(out)
+
+    def _tiers(self, src: np.ndarray, dst: np.ndarray) -> list | None:
+        """Per oversubscribed tier crossed by flows src[i] -> dst[i]: (name, flows leaving each
+        of its units, flows entering each, the capacity of one unit's links in bytes/s); None on a
+        fabric without a closed form (see `tier_bandwidth`) or where no flow leaves its leaf."""
         s = self.s
         if not self.oversubscribed:
             return None
@@ -524,19 +553,19 @@ class FatTree(Fabric):
         cross = la != lb
         if not cross.any():
             return None
-        nic_share = s.nic_bw / self.dpnic
         per_leaf = s.nics_per_node // (s.rails if s.rail_optimized else s.planes)
         up_bw = max(s.nic_bw * self.npl * per_leaf / s.spines, s.nic_bw) / s.oversubscription
-        worst = max(np.bincount(la[cross]).max(), np.bincount(lb[cross]).max())
-        bw = min(nic_share, s.spines * up_bw / worst)
+        n = int(max(la.max(), lb.max())) + 1
+        tiers = [("leaf", np.bincount(la[cross], minlength=n), np.bincount(lb[cross], minlength=n), s.spines * up_bw)]
         if self.pods > 1:
             pa, pb = ((la % self.lpp) // self.lu) // self.upp, ((lb % self.lpp) // self.lu) // self.upp
             far = pa != pb
             if far.any():
                 core_bw = max(self.upp * self.lu * up_bw / s.cores_per_spine, s.nic_bw / s.oversubscription) / s.core_oversubscription
-                worst = max(np.bincount(pa[far]).max(), np.bincount(pb[far]).max())
-                bw = min(bw, s.spines * s.cores_per_spine * core_bw / worst)
-        return float(bw)
+                m = int(max(pa.max(), pb.max())) + 1
+                tiers.append(("pod", np.bincount(pa[far], minlength=m), np.bincount(pb[far], minlength=m),
+                              s.spines * s.cores_per_spine * core_bw))
+        return tiers
 
     def span_of_leaves(self, nodes: int, leaves: np.ndarray) -> str:
         """`span_class` from a group's node count and its distinct leaves (single-host domains)."""
