@@ -12,6 +12,9 @@ from conftest import node_topology
 from simtrain.cli.main import main
 from simtrain.cost.roofline import CalibratedRoofline
 from simtrain.hardware.devices import gemm_class, get_device
+from simtrain.network.collectives import choose
+from simtrain.plan.grid import group_shape
+from simtrain.simulate import simulate
 from simtrain.spec.loading import load_scenario
 from simtrain.workload import fp8
 from simtrain.workload.build import build_workload
@@ -388,3 +391,30 @@ def test_current_scaling_reduces_the_amax_of_sharded_tensors_over_tp(tmp_path, r
         assert (c.kind, c.collective, c.size_bytes) == ("tp", "all_reduce", 4.0)
         items = lp.forward if (i, c) in fwd else lp.backward
         assert items[i - 1][-1].name.endswith("/amax") and items[i + 1][0].name.endswith("/cast")
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "current"])
+def test_delayed_scaling_reduces_every_amax_once_per_chunk_and_pass(tmp_path, recipe):
+    """Delayed scaling: Megatron-core runs a TransformerBlock's forward in one fp8_autocast, whose
+    exit all-reduces the forward amaxes of every FP8 GEMM in it (input, weight, output: 3 fp32
+    each) over the stage's tp x cp x dp ranks, and the end of its backward the backward amaxes
+    (output and input gradients: 2 each). Here 2 Llama layers x 4 FP8 linears (QKV, attention
+    output, fc1 gate-up, fc2) = 8 GEMMs: 3 x 8 x 4 = 96 B per forward, 2 x 8 x 4 = 64 B per
+    backward, on 2 dp ranks, once per microbatch (2 per rank). It blocks the compute stream: the
+    action continues after it. Current scaling takes no such all-reduce."""
+    sc, topo = _dp2(tmp_path, recipe=recipe)
+    assert build_workload(sc, 1)[0].fp8_gemms == 8
+    s = simulate(sc, topo)
+    red = [o for o in s.ops if o.label.startswith("all_reduce:amax_")]
+    if recipe == "current":
+        assert red == []
+        return
+    fwd = [o for o in red if o.label == "all_reduce:amax_forward"]
+    bwd = [o for o in red if o.label == "all_reduce:amax_backward"]
+    assert len(fwd) == len(bwd) == 2 * len(s.classes)
+    assert {o.bytes for o in fwd} == {96.0} and {o.bytes for o in bwd} == {64.0}
+    want = choose("all_reduce", 96.0, group_shape([0, 1], topo), topo, "auto", "auto").seconds
+    assert all(o.duration == pytest.approx(want, rel=1e-12) for o in fwd)
+    for o in red:
+        after = next(x for x in s.ops if o.id in x.deps)
+        assert after.stream == "compute" and s.timeline.start[after.id] >= s.timeline.end[o.id]

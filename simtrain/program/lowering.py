@@ -60,6 +60,7 @@ from simtrain.program.optimizer import GRAD_NORM_BYTES, optimizer_step, post_val
 from simtrain.program.pipeline import PipelineTraffic
 from simtrain.schedules import Action, Schedule
 from simtrain.spec.scenario import Scenario
+from simtrain.workload.fp8 import delayed_amax_bytes
 from simtrain.workload.ir import Comm, Op, Ring, StageWork, grad_bytes, overlapped_tp
 from simtrain.workload.moe import node_limited_share
 
@@ -96,6 +97,9 @@ class Lowering:
         self._items_cache: dict = {}
         self.post_validation = post_validation(sc)   # the optimizer does not wait for the grad-norm all-reduce
         self.validation_ops: list = []               # the post-step validation all-reduces (EOps)
+        t = sc.training
+        self.delayed_amax = t.precision == "fp8" and t.fp8_recipe == "delayed" and sc.world_size > sc.parallel.pp
+        self._stage_ar: dict = {}                    # (stage, bytes) -> seconds of an all-reduce over the stage
 
     def _new(self, c: RankClass, **kw) -> EOp:
         op = EOp(id=len(self.ops), cls=c.id, **kw)
@@ -112,6 +116,19 @@ class Lowering:
             self._grad_norm_s = choose("all_reduce", GRAD_NORM_BYTES, group_shape(devs, self.topo), self.topo,
                                        net.algorithm_for("all_reduce"), net.protocol).seconds
         return self._grad_norm_s
+
+    def stage_all_reduce_time(self, stage: int, nbytes: float) -> float:
+        """Seconds of an all-reduce of `nbytes` over every rank of one pipeline stage (its tp x cp x
+        dp ranks), in closed form over their group shape: a few bytes, so latency."""
+        key = (stage, nbytes)
+        if key not in self._stage_ar:
+            per = self.sc.world_size // self.sc.parallel.pp
+            ranks = range(stage * per, (stage + 1) * per)
+            devs = [self.place[r] for r in ranks] if self.place is not None else list(ranks)
+            net = self.sc.network
+            self._stage_ar[key] = choose("all_reduce", nbytes, group_shape(devs, self.topo), self.topo,
+                                         net.algorithm_for("all_reduce"), net.protocol).seconds
+        return self._stage_ar[key]
 
     def costs_of(self, c: RankClass) -> ComputeCostModel:
         """The class's compute cost model (its device type, slowed by its straggler factors)."""
@@ -405,6 +422,28 @@ class ClassLowering:
             prev_x = x
         return out, []
 
+    def delayed_amax(self, a: Action, w: StageWork, last: EOp) -> EOp:
+        """FP8 delayed scaling: at the end of a model chunk's forward, and of its backward, the
+        amaxes of every FP8 GEMM of the chunk are all-reduced over the stage's tp x cp x dp ranks
+        (`fp8.delayed_amax_bytes`), blocking the compute stream, which the rest of the action
+        waits for. A rendezvous of the stage's classes; timed in closed form (a few hundred
+        bytes: latency) and counted as dp communication. Returns the op the action continues
+        from. Not in a recompute pass (Transformer Engine does not reduce there)."""
+        low, c = self.low, self.c
+        if not low.delayed_amax or not w.fp8_gemms:
+            return last
+        phase = "F" if a.kind == "F" else "B"
+        ids = tuple(x.id for x in low.classes if x.stage == c.stage)
+        nbytes = delayed_amax_bytes(w.fp8_gemms, phase)
+        dur = low.stage_all_reduce_time(c.stage, nbytes) * low.slowest_link(ids)
+        seq = self.next_seq("amax")
+        ar = low._new(c, stream="tp", kind="coll", category="dp", duration=dur,
+                      label=f"all_reduce:amax_{'forward' if phase == 'F' else 'backward'}", mb=a.microbatch,
+                      chunk=a.chunk, deps=[last.id], bytes=nbytes,
+                      rendezvous=("amax", seq, ids) if len(ids) > 1 else None, peers=len(ids))
+        return low._new(c, stream="compute", kind="compute", category=a.kind, duration=0.0, label="after_amax",
+                        mb=a.microbatch, chunk=a.chunk, deps=[ar.id])
+
     # -- actions ----------------------------------------------------------------------------------
     def forward(self, idx: int, a: Action) -> None:
         low, grads, w = self.low, self.grads, self.work(a.chunk)
@@ -421,6 +460,8 @@ class ClassLowering:
             ldeps += grads.before_forward_layer(idx == self.first_f.get(a.chunk), a, w, l, ends)
             last = self.items(w.layers[l].forward, "F", a, ldeps, transient=tr)
             ends.append(last)
+        if w.num_layers:
+            last = self.delayed_amax(a, w, last)
         if w.post is not None:
             last = self.items(w.post.forward, "F", a, [], transient=tr)
         first = next(o for o in low.ops[start:] if o.stream == "compute")
@@ -466,6 +507,8 @@ class ClassLowering:
             ends.append(last)
             if not split:
                 grads.layer_grads_done(w, l, last, a, final)
+        if w.num_layers:
+            last = self.delayed_amax(a, w, last)
         if w.pre is not None and part(w.pre):
             last = self.items(part(w.pre), a.kind, a, []) or last
         if split:

@@ -215,6 +215,24 @@ def torchao_casts(base: str, phase: str, m: float, n: float, k: float, group: in
 AMAX_BYTES = 4.0
 """One fp32 amax: what a current-scaling amax all-reduce moves."""
 
+DELAYED_AMAX_TENSORS = {"F": 3, "B": 2}
+"""Delayed scaling's scaling state per FP8 GEMM: the forward tracks the input, the weight and the
+output, the backward the output gradient and the input gradient (Transformer Engine's
+`FP8GlobalStateManager` / `get_fp8_meta_tensors`: num_gemms x 3 forward, x 2 backward)."""
+
+
+def delayed_amax_bytes(gemms: int, phase: str) -> float:
+    """Bytes of delayed scaling's amax all-reduce at the end of one autocast region's forward
+    (phase "F") or backward ("B"): every FP8 GEMM's current amaxes of that pass, in one fp32
+    buffer (Transformer Engine `reduce_and_update_fp8_tensors` concatenates them). Megatron-core
+    wraps a whole TransformerBlock's forward in one `fp8_autocast` under the delayed recipe
+    (`use_outer_quantization_context`, megatron/core/transformer/transformer_block.py), so that
+    is one region per model chunk and microbatch; its group is the amax reduction group, the
+    stage's tp x cp x dp ranks (`get_amax_reduction_group(with_context_parallel=True)`).
+    Worked example: Llama's 4 FP8 linears (QKV, proj, fc1, fc2) x 10 layers: 480 B forward,
+    320 B backward."""
+    return DELAYED_AMAX_TENSORS[phase] * gemms * AMAX_BYTES
+
 
 def _amax_reduced(ops: list, recipe: str, tp_sp: int) -> list:
     """A compute segment's ops as items, with current scaling's amax all-reduce over the tp group

@@ -151,21 +151,33 @@ def with_split(lp: LayerProgram, hidden: int = 0, seq_shard: int = 1, fp8_kept: 
                         (tuple(w_ops),) if w_ops else (), kept)
 
 
+def _fp8_forward_gemms(lp: LayerProgram):
+    """The layer's forward FP8 GEMM ops; a GEMM run in pieces (`Ring`) once."""
+    for it in lp.forward:
+        ops = it.segment if isinstance(it, Ring) else it if isinstance(it, tuple) else ()
+        for o in ops:
+            if o.kind == "gemm" and o.dtype == "fp8" and o.phase == "F":
+                yield o
+
+
 def fp8_weights(lp: LayerProgram) -> tuple[float, float]:
     """(dense, expert) weight elements of the layer's FP8 GEMMs on this rank: every forward FP8
     GEMM's n x k, times the experts of a grouped GEMM; a GEMM run in pieces (`Ring`) shares one
     weight over them. The experts' GEMMs are named `experts.*`."""
     dense = expert = 0.0
-    for it in lp.forward:
-        ops = it.segment if isinstance(it, Ring) else it if isinstance(it, tuple) else ()
-        for o in ops:
-            if o.kind == "gemm" and o.dtype == "fp8" and o.phase == "F":
-                w = o.group * o.shape[1] * o.shape[2]
-                if o.name.startswith("experts."):
-                    expert += w
-                else:
-                    dense += w
+    for o in _fp8_forward_gemms(lp):
+        w = o.group * o.shape[1] * o.shape[2]
+        if o.name.startswith("experts."):
+            expert += w
+        else:
+            dense += w
     return dense, expert
+
+
+def fp8_gemm_count(lp: LayerProgram) -> int:
+    """The layer's FP8 GEMMs as Transformer Engine counts them for its scaling state: one per
+    linear, one per expert of a grouped GEMM (`GroupedLinear`'s num_gemms)."""
+    return sum(int(o.group) for o in _fp8_forward_gemms(lp))
 
 
 @dataclass(frozen=True)
@@ -210,6 +222,11 @@ class StageWork:
     def layer_fp8(self) -> tuple:
         """Per layer, (dense, expert) weight elements of its FP8 GEMMs on one rank (`fp8_weights`)."""
         return tuple(fp8_weights(lp) for lp in self.layers)
+
+    @cached_property
+    def fp8_gemms(self) -> int:
+        """FP8 GEMMs of this stage's layers on one rank (`fp8_gemm_count`)."""
+        return sum(fp8_gemm_count(lp) for lp in self.layers)
 
     @property
     def fp8_weight_elements(self) -> tuple[float, float]:
