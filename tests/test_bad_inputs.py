@@ -230,6 +230,10 @@ CASES = [
     # a rule of another key that names the overridden one: still the argument's
     Case("set-value-named-by-the-rule-it-breaks", "parallel.pp", "(--set model.num_layers=7): parallel.pp: num_layers=7",
          argv=("--set", "model.num_layers=7")),
+    # a rule between two overridden keys names both arguments
+    Case("set-rule-between-two-arguments", "parallel.pp",
+         "(--set parallel.pp=3, --set model.num_layers=7): parallel.pp: num_layers=7",
+         argv=("--set", "parallel.pp=3", "--set", "model.num_layers=7")),
     Case("set-joined-keys-value-count", "--set parallel.tp+parallel.pp", "2 keys", argv=("--set", "parallel.tp+parallel.pp=1+2+3")),
     Case("set-empty-key-part", "--set parallel..tp", "empty", argv=("--set", "parallel..tp=2")),
     Case("set-schedule-csv-missing-from-cwd", "parallel.schedule_csv", "", argv=("--set", "parallel.schedule_csv=nope.csv")),

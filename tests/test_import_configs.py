@@ -736,6 +736,9 @@ def test_fp8_recipe_without_fp8_format_warns(tmp_path, capsys):
     f.write_text(SMALL + "--fp8-recipe tensorwise")
     msgs = _import_warnings(tmp_path, capsys, str(f), "--world-size", "8", *H100)
     assert any("--fp8-recipe tensorwise: without --fp8-format the run is not FP8" in m for m in msgs)
+    f.write_text(SMALL + "--fp8-param-gather")
+    msgs = _import_warnings(tmp_path, capsys, str(f), "--world-size", "8", *H100)
+    assert any("--fp8-param-gather: without --fp8-format the run is not FP8" in m for m in msgs)
 
 
 def test_llama_export_writes_no_biases_and_no_dropout():

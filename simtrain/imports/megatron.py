@@ -529,7 +529,10 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
 
     for name, why in _DIFFERS.items():
         if name == "--fp8-param-gather" and (training.get("fp8_param_gather") or prec != "fp8"):
-            f.use(name)                      # read above; without FP8 Megatron-LM has no FP8 weights to gather
+            if prec != "fp8" and _flag(f, name):
+                warnings.warn(f"{file}: --fp8-param-gather: without --fp8-format the run is not FP8 and has no FP8 "
+                              f"weights to gather (its weights stay {prec}, and are gathered so); simulated in {prec}", stacklevel=2)
+            f.use(name)                      # read above
         elif _flag(f, name):
             warnings.warn(f"{file}: {name}: {why}", stacklevel=2)
     if isinstance(model, dict) and model.get("architecture") in ("gpt", "llama"):

@@ -495,8 +495,9 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> tuple[Scen
 def attribute_overrides(err: ConfigError, file: str, overrides: Iterable[str] | None) -> ConfigError:
     """`err` with each problem of `file` whose key a `--set` wrote (that key or one below it) named
     after the file and the command-line argument (`s.yaml (--set parallel.tp=3): parallel.tp: ...`):
-    the value that is wrong came from the command line, not from the file. A problem of another
-    key whose text names an overridden key (its last part, as a word) is named after that `--set`."""
+    the value that is wrong came from the command line, not from the file. A problem whose text
+    names an overridden key (its last part, as a word) is named after that `--set` too, so a
+    rule between two overridden keys names both."""
     given: dict[str, str] = {}
     for ov in expand_single(overrides, Collector(file)):
         key, eq, _ = ov.partition("=")
@@ -506,14 +507,14 @@ def attribute_overrides(err: ConfigError, file: str, overrides: Iterable[str] | 
         return err
     out = []
     for p in err.problems:
-        hit = next((ov for key, ov in given.items() if p.path == key or p.path.startswith(key + ".")
-                    or (p.problem == "unknown key" and key.startswith(p.path + "."))), None)
-        if hit is None:
-            # a rule of another key that names the overridden one (parallel.pp: "num_layers=79
-            # does not divide ..." after --set model.num_layers=79)
-            hit = next((ov for key, ov in given.items()
-                        if re.search(rf"\b{re.escape(key.rsplit('.', 1)[-1])}\b", p.problem)), None)
-        out.append(Problem(f"{file} (--set {hit[:120]})", p.path, p.problem, p.fix) if p.file == file and hit else p)
+        hits = [ov for key, ov in given.items() if p.path == key or p.path.startswith(key + ".")
+                or (p.problem == "unknown key" and key.startswith(p.path + "."))][:1]
+        # a rule that names an overridden key (parallel.pp: "num_layers=79 does not divide ..."
+        # after --set model.num_layers=79), its own key's --set or not: every --set it names
+        hits += [ov for key, ov in given.items() if ov not in hits
+                 and re.search(rf"\b{re.escape(key.rsplit('.', 1)[-1])}\b", p.problem)]
+        named = ", ".join(f"--set {ov[:120]}" for ov in hits)
+        out.append(Problem(f"{file} ({named})", p.path, p.problem, p.fix) if p.file == file and hits else p)
     return ConfigError(out)
 
 
