@@ -43,7 +43,7 @@ from simtrain.results.memory import (  # noqa: F401 (re-exported)
     budget_of,
     capacity_of,
     comm_buffers,
-    largest_layer_params,
+    largest_layer,
     memory_fit,
     rank_static,
     static_memory,
@@ -303,7 +303,7 @@ def simulate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
     seen_stage = {}
     need = []               # (bytes, capacity) per class: the memory-fits rule
     peak_mem = 0.0
-    buffers = comm_buffers(sc, largest_layer_params(work))      # the same for every rank
+    buffers = comm_buffers(sc, *largest_layer(work))      # the same for every rank
     for c in classes:
         st = rank_static(sc, work, sched.stage_of[c.stage], buffers)
         act = tl.mem_peak[c.id]

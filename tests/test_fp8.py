@@ -418,3 +418,19 @@ def test_delayed_scaling_reduces_every_amax_once_per_chunk_and_pass(tmp_path, re
     for o in red:
         after = next(x for x in s.ops if o.id in x.deps)
         assert after.stream == "compute" and s.timeline.start[after.id] >= s.timeline.end[o.id]
+
+
+@pytest.mark.parametrize("gather", [False, True])
+def test_zero3_gather_buffers_hold_fp8_weights_at_one_byte(tmp_path, gather):
+    """ZeRO-3 holds two gathered layers (the current one and the prefetched one). A layer of the
+    2-layer Llama has FP8_W FP8 GEMM weight elements; with fp8_param_gather they are gathered
+    and held at 1 byte (torchao's FSDP float8 all-gather keeps the gathered FP8 data as the
+    weight), the rest of the layer (its two norms, 2H) at 2: the buffers shrink by 2 x FP8_W."""
+    from simtrain.results.memory import largest_layer, rank_static
+    sc, _ = _dp2(tmp_path, "torchao_tensorwise", zero=3, gather=gather)
+    work = build_workload(sc)
+    params, fp8_elements = largest_layer(work)
+    assert fp8_elements == FP8_W and params == FP8_W + 2 * H
+    base = rank_static(sc, work, [0]).buffers
+    sc16, _ = _dp2(tmp_path, "torchao_tensorwise", zero=3, gather=False)
+    assert base == pytest.approx(rank_static(sc16, build_workload(sc16), [0]).buffers - (2 * FP8_W if gather else 0.0))

@@ -48,9 +48,7 @@ class GradientTraffic:
 
     def gathered(self, params: float, fp8_params: float) -> float:
         """Bytes an all-gather of `params` parameters moves, `fp8_params` of them FP8 GEMMs' weights."""
-        if self.fp8_gather:
-            return ACT_BYTES * (params - fp8_params) + fp8.GATHERED * fp8_params
-        return ACT_BYTES * params
+        return fp8.gathered_bytes(self.fp8_gather, params, fp8_params)
 
     def dp_comm(self, collective: str, nbytes: float, name: str, deps: list[int], mb: int, chunk: int = 0) -> EOp:
         prog = self.prog

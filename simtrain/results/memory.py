@@ -57,10 +57,11 @@ def static_memory(sc: Scenario, params: float, expert_params: float = 0.0, fp8_d
     return {"weights": weights, "gradients": part(gb, 2), "optimizer": part(ob, 1)}
 
 
-def comm_buffers(sc: Scenario, layer_params: float) -> float:
+def comm_buffers(sc: Scenario, layer_params: float, layer_fp8: float = 0.0) -> float:
     """Estimate: pipeline send + receive buffers (2 activation messages), one tensor-parallel
-    collective buffer, under ZeRO-3 two gathered layers (current + prefetched), and for MoE the
-    dispatch send and receive buffers."""
+    collective buffer, under ZeRO-3 two gathered layers (current + prefetched; `layer_fp8` of the
+    layer's parameters are FP8 GEMMs' weights, gathered at 1 byte under fp8_param_gather,
+    `fp8.gathered_bytes`), and for MoE the dispatch send and receive buffers."""
     p, t = sc.parallel, sc.training
     tokens = t.micro_batch_size * sc.model.seq_length / p.cp
     msg = ACT_BYTES * tokens * sc.model.hidden_size
@@ -70,7 +71,7 @@ def comm_buffers(sc: Scenario, layer_params: float) -> float:
     if p.tp > 1:
         out += msg
     if p.zero_stage == 3 and p.dp > 1:
-        out += 2 * ACT_BYTES * layer_params
+        out += 2 * fp8.gathered_bytes(t.precision == "fp8" and t.fp8_param_gather, layer_params, layer_fp8)
     moe = sc.model.moe
     if moe is not None and p.ep > 1:
         # routing buffers: the dispatch's send and receive buffers of T·k tokens (uniform routing)
@@ -79,9 +80,11 @@ def comm_buffers(sc: Scenario, layer_params: float) -> float:
     return out
 
 
-def largest_layer_params(work: Sequence) -> float:
-    """Parameters of the largest layer of any model stage (dense + expert): what a ZeRO-3 gather holds."""
-    return max((d + e for w in work for d, e in zip(w.layer_dense, w.layer_expert)), default=0.0)
+def largest_layer(work: Sequence) -> tuple[float, float]:
+    """(parameters, FP8 GEMM weight elements) of the largest layer of any model stage (dense +
+    expert): what a ZeRO-3 gather holds."""
+    return max(((d + e, sum(f)) for w in work for d, e, f in zip(w.layer_dense, w.layer_expert, w.layer_fp8)),
+               default=(0.0, 0.0))
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ def rank_static(sc: Scenario, work: Sequence, held: Sequence[int], buffers: floa
     st = static_memory(sc, sum(work[k].params for k in held), sum(work[k].expert_params for k in held),
                        sum(work[k].fp8_weight_elements[0] for k in held), sum(work[k].fp8_weight_elements[1] for k in held))
     if buffers is None:
-        buffers = comm_buffers(sc, largest_layer_params(work))
+        buffers = comm_buffers(sc, *largest_layer(work))
     return StaticMemory(st["weights"], st["gradients"], st["optimizer"], buffers)
 
 
