@@ -44,7 +44,7 @@ def scenario(doc: dict, row: dict) -> dict:
                      "sequence_parallel": row["tp"] > 1, "schedule": "1f1b",
                      **({k: row[k] for k in ("first_stage_layers", "last_stage_layers") if k in row})},
         "cluster": {"device": doc["device"], "topology": doc["topology"], "nodes": nodes,
-                    "memory_capacity": doc["memory_capacity"]},
+                    **({"memory_capacity": doc["memory_capacity"]} if "memory_capacity" in doc else {})},
     }
 
 

@@ -253,11 +253,12 @@ def h100_measured_s(r: dict) -> float:
 
 
 def h100_scenario(r: dict, profile: str | None = H100_PROFILE, fusions: dict | None = None,
-                  loss_kernel: str | None = None) -> dict:
+                  loss_kernel: str | None = None, device: str = H100_DEVICE) -> dict:
     """The scenario document a user writes for one row: the shipped model preset at the row's
-    sequence length, the shipped H100 preset (and `profile`) on the shipped DGX H100 fabric;
-    `fusions`, the row's source's `eager_fusions` (the kernels its framework runs unfused
-    without torch.compile), `loss_kernel` the source's cross-entropy implementation."""
+    sequence length, the shipped preset of the H100 part the source ran on (`device`; its
+    `profile`, if any) on the shipped DGX H100 fabric; `fusions`, the row's source's
+    `eager_fusions` (the kernels its framework runs unfused without torch.compile),
+    `loss_kernel` the source's cross-entropy implementation."""
     parallel = {"tp": r["tp"], "pp": r["pp"], "cp": r["cp"], "dp": r["dp"], "zero_stage": r["zero_stage"],
                 "schedule": r.get("schedule", "1f1b"), "sequence_parallel": bool(r.get("sequence_parallel", False))}
     if r.get("vpp", 1) != 1:
@@ -268,7 +269,7 @@ def h100_scenario(r: dict, profile: str | None = H100_PROFILE, fusions: dict | N
                 "account_for_loss_in_pipeline_split", "overlap_param_gather", "bucket_size_params"):
         if r.get(key):
             parallel[key] = r[key]
-    cluster = {"device": H100_DEVICE, "topology": H100_TOPOLOGY, "nodes": max(1, r["gpus"] // 8)}
+    cluster = {"device": device, "topology": H100_TOPOLOGY, "nodes": max(1, r["gpus"] // 8)}
     if profile:
         cluster["device_profile"] = profile
     training = {"micro_batch_size": r["micro_batch"], "global_batch_size": r["global_batch"],
@@ -288,17 +289,24 @@ def h100_scenario(r: dict, profile: str | None = H100_PROFILE, fusions: dict | N
 def evaluate_h100(rows: Sequence[dict] | None = None, profile: str | None = H100_PROFILE,
                   overrides: Sequence[str] = ()) -> tuple[list[Run], list[Skipped]]:
     """Simulates every row of the H100 set (or `rows`) that the simulator can express; the
-    others, and any the scenario checks reject, come back as Skipped with the reason."""
+    others, and any the scenario checks reject, come back as Skipped with the reason. A row runs
+    on its source's `device` preset (default the H100 SXM5's); `profile` applies to the rows on
+    the H100 SXM5, the others take their source's `device_profile` (none: the preset alone)."""
     data = h100_data()
     rows = data["rows"] if rows is None else rows
-    eager = {k: v.get("eager_fusions") for k, v in data["sources"].items()}
-    loss = {k: v.get("loss_kernel") for k, v in data["sources"].items()}
+    src = data["sources"]
+    eager = {k: v.get("eager_fusions") for k, v in src.items()}
+    loss = {k: v.get("loss_kernel") for k, v in src.items()}
+    device = {k: v.get("device", H100_DEVICE) for k, v in src.items()}
     runs, skipped = [], []
     for r in progress.track(rows, len(rows), "h100", "row"):
         if r.get("skip"):
             skipped.append(Skipped(r["id"], r["gpus"], r["skip"]))
             continue
-        raw = h100_scenario(r, profile, eager.get(r.get("source")), loss.get(r.get("source")))
+        s = r.get("source")
+        dev = device.get(s, H100_DEVICE)
+        prof = profile if dev == H100_DEVICE else src.get(s, {}).get("device_profile")
+        raw = h100_scenario(r, prof, eager.get(s), loss.get(s), dev)
         try:
             if overrides:
                 errs = Collector("--set")
