@@ -100,6 +100,7 @@ class Lowering:
         t = sc.training
         self.delayed_amax = t.precision == "fp8" and t.fp8_recipe == "delayed" and sc.world_size > sc.parallel.pp
         self._stage_ar: dict = {}                    # (stage, bytes) -> seconds of an all-reduce over the stage
+        self._stage_ids: dict = {}                   # stage -> (its classes' ids, their slowest link factor)
 
     def _new(self, c: RankClass, **kw) -> EOp:
         op = EOp(id=len(self.ops), cls=c.id, **kw)
@@ -433,9 +434,12 @@ class ClassLowering:
         if not low.delayed_amax or not w.fp8_gemms:
             return last
         phase = "F" if a.kind == "F" else "B"
-        ids = tuple(x.id for x in low.classes if x.stage == c.stage)
+        if c.stage not in low._stage_ids:
+            ids = tuple(x.id for x in low.classes if x.stage == c.stage)
+            low._stage_ids[c.stage] = (ids, low.slowest_link(ids))
+        ids, link = low._stage_ids[c.stage]
         nbytes = delayed_amax_bytes(w.fp8_gemms, phase)
-        dur = low.stage_all_reduce_time(c.stage, nbytes) * low.slowest_link(ids)
+        dur = low.stage_all_reduce_time(c.stage, nbytes) * link
         seq = self.next_seq("amax")
         ar = low._new(c, stream="tp", kind="coll", category="dp", duration=dur,
                       label=f"all_reduce:amax_{'forward' if phase == 'F' else 'backward'}", mb=a.microbatch,
