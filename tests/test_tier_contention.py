@@ -70,3 +70,26 @@ def test_no_tier_load_on_a_nonblocking_fabric():
     sc, topo = load_scenario(PLACEMENT, TWO_STAGES + ["parallel.placement=scattered", "cluster.topology=dgx-a100"])
     s = simulate(sc, topo)
     assert not any(o.load for o in s.ops)
+
+
+def test_pipeline_sends_across_the_tier_by_hand():
+    """dgx-a100-2to1 at 32 nodes (two 16-node leaves), tp 8 x pp 4 x dp 8 in Megatron order:
+    stage s holds nodes 8s..8s+7, so stages 0-1 sit on leaf 0 and 2-3 on leaf 1. Stage 1's 64
+    ranks send to stage 2 at once across the spine: 64 flows out of leaf 0, 64 x 25 GB/s =
+    1.6 TB/s, the leaf's uplinks exactly, so each send runs at its NIC's 25 GB/s (the full-load
+    link class says 12.5) and uses 1.0 x its transfer share of leaf 0's uplinks out and leaf 1's
+    in. A send within a leaf (stage 0 to 1) keeps the link class and carries no load."""
+    sc, topo = load_scenario(PLACEMENT, ["network.backend=analytical", "parallel.pp=4", "parallel.dp=8",
+                                         "cluster.nodes=32", "training.global_batch_size=64"])
+    s = simulate(sc, topo)
+    stage = {c.id: c.stage for c in s.classes}
+    spine = topo._link_by_class("spine")
+    for o in (o for o in s.ops if o.kind == "send"):
+        if stage[o.cls] == 1 and o.label.startswith("send_act"):       # stage 1 -> 2, forward
+            transfer = o.bytes / (25e9 * spine.efficiency)
+            assert o.duration == pytest.approx(spine.latency + transfer, rel=1e-12)
+            share = transfer / o.duration * sum(c.multiplicity for c in s.classes if c.id == o.cls) / 64
+            assert dict(o.load) == pytest.approx({("leaf", "up", 0): share, ("leaf", "down", 1): share}, rel=1e-12)
+        elif stage[o.cls] == 0:                                        # stage 0 -> 1 inside leaf 0
+            assert not o.load and o.duration == pytest.approx(topo.link(0, 8 * 8).latency + o.bytes / (
+                topo.link(0, 8 * 8).bw * topo.link(0, 8 * 8).efficiency), rel=1e-12)

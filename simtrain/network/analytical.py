@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from simtrain.hardware.topology import Topology
 from simtrain.network.backend import CollectiveChoice, Timing
 from simtrain.network.collectives import Cost, LoadedShape, choose, p2p_time
@@ -45,6 +47,7 @@ class AnalyticalBackend:
         self._shapes: dict = {}      # (kind, stage) -> (the ring's tier bandwidth, its flows' sources, destinations)
         self._loads: dict = {}       # (kind, stage, share) -> the tier load of a class's ring
         self.per_stage = self.grid.world // p.pp
+        self._sends: dict = {}       # (stage, peer position) -> (tier bandwidth, sources, destinations) of its sends
 
     def loaded_shape(self, kind: str, c: RankClass) -> GroupShape:
         """The class's group shape; on a fabric with an oversubscribed tier (`Topology.tier_bandwidth`),
@@ -114,8 +117,29 @@ class AnalyticalBackend:
         return Timing(self.transfer(nbytes, self.topo.link_class_name(src, dst)))
 
     def sends(self, c: RankClass, peer: int, nbytes: float, link_class: str) -> Timing:
-        # every rank has its own link to its peer: the class's sends do not meet
-        return Timing(self.transfer(nbytes, link_class))
+        """Every rank has its own link to its peer, so the class's sends meet only on an
+        oversubscribed tier: there a send that leaves its leaf runs at the per-flow bandwidth the
+        whole stage's sends to that pipeline position get at once (`Topology.tier_bandwidth`, as
+        for a ring) and carries its share of their tier load, which the engine shares with what
+        overlaps it; elsewhere it takes the link class."""
+        if not self.topo.oversubscribed or link_class not in ("spine", "core"):
+            return Timing(self.transfer(nbytes, link_class))
+        key = (c.stage, peer)
+        if key not in self._sends:
+            per = self.per_stage
+            lo = c.stage * per
+            place = self.place if self.place is not None else range(self.grid.world)
+            src = np.array([place[r] for r in range(lo, lo + per)], dtype=np.int64)
+            dst = np.array([place[r - lo + peer * per] for r in range(lo, lo + per)], dtype=np.int64)
+            self._sends[key] = (self.topo.tier_bandwidth(src, dst), src, dst)
+        bw, src, dst = self._sends[key]
+        if bw is None:
+            return Timing(self.transfer(nbytes, link_class))
+        link = self.topo._link_by_class(link_class)
+        transfer = nbytes / (bw * link.efficiency)
+        t = link.latency + transfer
+        share = c.multiplicity / self.per_stage * transfer / t
+        return Timing(t, tuple((e, share * u) for e, u in self.topo.tier_loads(src, dst, bw)))
 
     def choices(self) -> list:
         return [CollectiveChoice(kind, coll, n, shape.size, None, c) for (kind, coll, n, shape), c in self.chosen.items()]
