@@ -416,6 +416,20 @@ class _Unresolved(Exception):
         self.name = name
 
 
+def _closing(text: str, start: int, open_ch: str, close_ch: str) -> int:
+    """Index of the `close_ch` that closes the `open_ch` at `start`, or len(text) when unclosed."""
+    depth, j = 0, start
+    while j < len(text):
+        if text[j] == open_ch:
+            depth += 1
+        elif text[j] == close_ch:
+            depth -= 1
+            if depth == 0:
+                break
+        j += 1
+    return j
+
+
 def _expand(text: str, env: dict[str, str], missing: set[str],
             taint: dict[str, set[str]]) -> str:
     """Expand ``$((...))`` arithmetic and ``${v}``/``${v:-d}``/``$v`` references.
@@ -426,29 +440,13 @@ def _expand(text: str, env: dict[str, str], missing: set[str],
     i = 0
     while i < len(text):
         if text.startswith("$((", i):
-            depth, j = 0, i + 1
-            while j < len(text):
-                if text[j] == "(":
-                    depth += 1
-                elif text[j] == ")":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j += 1
+            j = _closing(text, i + 1, "(", ")")
             inner = text[i + 3:j - 1]
             out.append(str(_arith(inner, env, missing, taint)))
             i = j + 1
             continue
         if text.startswith("${", i):
-            depth, j = 0, i + 1
-            while j < len(text):
-                if text[j] == "{":
-                    depth += 1
-                elif text[j] == "}":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j += 1
+            j = _closing(text, i + 1, "{", "}")
             body = text[i + 2:j]
             name, sep, default = body.partition(":-")
             if name in env:

@@ -26,38 +26,31 @@ from dataclasses import dataclass
 from simtrain.errors import Collector
 
 
-def split_values(text: str) -> list:
-    """'a,b,[1,2],c' -> ['a', 'b', '[1,2]', 'c'] (commas inside brackets stay)."""
+def _split_outside_brackets(text: str, sep: str) -> list:
+    """`text` split on the character `sep` where it is outside [...] and {...}, each part stripped."""
     out, cur, depth = [], "", 0
     for ch in text:
         if ch in "[{":
             depth += 1
         elif ch in "]}":
             depth -= 1
-        if ch == "," and depth == 0:
+        if ch == sep and depth == 0:
             out.append(cur)
             cur = ""
         else:
             cur += ch
     out.append(cur)
     return [v.strip() for v in out]
+
+
+def split_values(text: str) -> list:
+    """'a,b,[1,2],c' -> ['a', 'b', '[1,2]', 'c'] (commas inside brackets stay)."""
+    return _split_outside_brackets(text, ",")
 
 
 def _split_plus(value: str) -> list:
     """'32+[1,2]+x' -> ['32', '[1,2]', 'x'] (`+` inside brackets stays)."""
-    out, cur, depth = [], "", 0
-    for ch in value:
-        if ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-        if ch == "+" and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    out.append(cur)
-    return [v.strip() for v in out]
+    return _split_outside_brackets(value, "+")
 
 
 @dataclass
