@@ -574,6 +574,12 @@ def expand_verl(raw: dict, path: Path, errs: Collector) -> dict:
 
 def load_rl_job(path: str | Path, overrides: Iterable[str] = ()) -> RLJob:
     """Reads a `job: rl` file with `--set` overrides; raises ConfigError with every problem found."""
+    return load_rl_tree(path, overrides)[1]
+
+
+def load_rl_tree(path: str | Path, overrides: Iterable[str] = ()) -> tuple[dict, RLJob]:
+    """(the job file's tree after its verl config is expanded and the overrides applied, the job
+    built from it); raises ConfigError with every problem found."""
     path = Path(path)
     errs = Collector(str(path))
     raw = load_yaml(path, errs, "give the path of a YAML job file (fix what is named)")
@@ -587,4 +593,4 @@ def load_rl_job(path: str | Path, overrides: Iterable[str] = ()) -> RLJob:
     job = build_rl_job(raw, path, errs)
     errs.raise_if_any()
     assert job is not None
-    return job
+    return raw, job

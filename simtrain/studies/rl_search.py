@@ -45,9 +45,8 @@ from simtrain.results.memory import capacity_of
 from simtrain.results.report import write_report
 from simtrain.rl.iteration import RLResult, SimCache, simulate_rl
 from simtrain.rl.phases import VERL_ORDER
-from simtrain.rl.spec import PLACEMENTS, RLJob, build_rl_job, expand_verl, is_rl_file
+from simtrain.rl.spec import PLACEMENTS, RLJob, build_rl_job, is_rl_file, load_rl_tree
 from simtrain.spec.files import TreeError, load_yaml, parse_yaml
-from simtrain.spec.loading import apply_overrides
 from simtrain.units import fmt_bytes, fmt_time, plural
 
 AXES = {"placement": "placement.kind", "rollout_devices": "placement.rollout_devices", "rollout_tp": "rollout.tp",
@@ -229,18 +228,7 @@ def search_rl(path: str | Path, sets: list[str] | None = None, fixes: list[str] 
         raise ConfigError([Problem("--objective", "", f"{objective!r} is not an objective of an RL search",
                                    f"use one of: {', '.join(OBJECTIVES)}")])
     axes, extra = parse_rl_fixes(list(sets or []) + list(fixes or []))
-    errs = Collector(str(path))
-    raw = load_yaml(path, errs, "give the path of a YAML job file (fix what is named)")
-    if not isinstance(raw, dict):
-        errs.add("", "a job file must be a mapping", "start with `job: rl`")
-    errs.raise_if_any()
-    raw = expand_verl(raw, path, errs)
-    errs.raise_if_any()
-    raw = apply_overrides(raw, extra, errs)
-    errs.raise_if_any()
-    base = build_rl_job(raw, path, errs)        # the file as written must load: it gives the cluster and model
-    errs.raise_if_any()
-    assert base is not None
+    raw, base = load_rl_tree(path, extra)       # the file as written must load: it gives the cluster and model
     model = base.roles["actor"].scenario.model
     cache = SimCache()
     ranked, skipped = [], []
