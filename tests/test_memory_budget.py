@@ -57,6 +57,15 @@ def test_simulated_fit_uses_capacity_minus_reserve(tmp_path, plain_topology):
     assert simulate(sc3, topo3).result.fits_in_memory
 
 
+def test_a_percentage_reserve_is_that_fraction_of_the_capacity(tmp_path, plain_topology):
+    """"10%" of A100 80GB's 80 GiB holds back 8 GiB, as 0.1 does."""
+    path = small_scenario(tmp_path, plain_topology)
+    for v in ('"10%"', '" 10 % "', "0.1"):
+        sc, topo = load_scenario(path, [f"cluster.memory_reserve={v}"])
+        assert sc.cluster.memory_reserve == pytest.approx(0.1)
+        assert simulate(sc, topo).result.memory_reserve_bytes == pytest.approx(8 * GiB)
+
+
 def test_resolved_scenario_round_trips_the_memory_keys(tmp_path, plain_topology):
     """A size is dumped with its unit (bytes) so that the resolved file loads to the same scenario."""
     path = small_scenario(tmp_path, plain_topology)

@@ -99,6 +99,7 @@ class Fields:
 
 def ignored_message(file: str, names: list[str], what: str = "fields") -> str:
     shown = ", ".join(names[:SHOWN_NAMES]) + (f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else "")
+    what = what[:-1] if len(names) == 1 and what.endswith("s") else what
     return f"{file}: ignored {len(names)} {what} that simtrain does not read: {shown}"
 
 

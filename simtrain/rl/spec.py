@@ -582,7 +582,7 @@ def load_rl_tree(path: str | Path, overrides: Iterable[str] = ()) -> tuple[dict,
     built from it); raises ConfigError with every problem found."""
     path = Path(path)
     errs = Collector(str(path))
-    raw = load_yaml(path, errs, "give the path of a YAML job file (fix what is named)")
+    raw = load_yaml(path, errs, "check the path: give an existing YAML job file")
     if not isinstance(raw, dict):
         errs.add("", "a job file must be a mapping", "start with `job: rl`")
         errs.raise_if_any()

@@ -71,8 +71,19 @@ def _resolve_memory(cluster: dict, capacities: list, errs: Collector) -> None:
     ClusterSpec.reserve_of), checked against the capacities of the devices in use: what is left
     for the run, capacity - reserve, must be more than nothing on every device."""
     raw = cluster.get("memory_reserve")
-    fix = 'write a size such as "6 GiB", or a fraction of the capacity such as 0.05'
-    if isinstance(raw, str):
+    fix = 'write a size such as "6 GiB", or a fraction of the capacity such as 0.05 (or "5%")'
+    if isinstance(raw, str) and raw.strip().endswith("%"):
+        # a percentage of the capacity, as the docs speak of the default ("5 %")
+        try:
+            pct = float(raw.strip()[:-1])
+        except ValueError:
+            pct = float("nan")
+        if not (math.isfinite(pct) and 0 <= pct < 100):
+            errs.add("cluster.memory_reserve", f"a percentage of the capacity must be >= 0 and < 100, got {short(raw, 40)}", fix)
+            cluster["memory_reserve"] = None
+            return
+        cluster["memory_reserve"] = pct / 100
+    elif isinstance(raw, str):
         size = parse_value(raw, "bytes", "cluster.memory_reserve", errs)
         if size is None:
             cluster["memory_reserve"] = None
@@ -481,7 +492,7 @@ def _resolve_encoder(raw, errs: Collector):
 def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> tuple[Scenario, Topology]:
     path = Path(path)
     errs = Collector(str(path))
-    raw = load_yaml(path, errs, "give the path of a YAML scenario (fix what is named)")
+    raw = load_yaml(path, errs, "check the path: give an existing YAML scenario file")
     if not isinstance(raw, dict):
         errs.add("", "a scenario must be a mapping", "start with `name:`, `model:`, `training:`, `parallel:`, `cluster:`")
         errs.raise_if_any()

@@ -456,10 +456,11 @@ class ClusterSpec:
         default=None, optional=True, dump="none", minimum=2.0**20, maximum=2.0**50, dumper=bytes_text)
     memory_reserve: float = spec_field(
         "any", "memory held back on every device for CUDA context, NCCL buffers and allocator fragmentation: "
-        "a size (\"6 GiB\") or a fraction of the capacity in [0, 1); what fits is capacity - reserve",
+        "a size (\"6 GiB\"), a fraction of the capacity in [0, 1) or a percentage (\"5%\"); what fits is capacity - reserve",
         default=MEMORY_RESERVE_DEFAULT, dumper=_reserve_text,
         json={"anyOf": [{"type": "number", "minimum": 0, "exclusiveMaximum": 1},
-                        {"type": "string", "pattern": r"^\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*(?:Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?[Bb]\s*$"}],
+                        {"type": "string", "pattern": r"^\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*(?:Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?[Bb]\s*$"},
+                        {"type": "string", "pattern": r"^\s*(?:\d+\.?\d*|\.\d+)\s*%\s*$"}],
               "description": "a size such as \"6 GiB\", or a fraction of the capacity in [0, 1)"})
 
     @property

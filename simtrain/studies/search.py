@@ -424,7 +424,7 @@ def search(path: str | Path, objective: str = "step_time", fixes: Sequence[str] 
     if objective not in OBJECTIVES:
         raise ConfigError([Problem("--objective", "", f"unknown objective {objective!r}", f"use one of: {', '.join(OBJECTIVES)}")])
     errs = Collector(str(path))
-    raw = load_yaml(path, errs, "give the path of a YAML scenario (fix what is named)")
+    raw = load_yaml(path, errs, "check the path: give an existing YAML scenario file")
     if not isinstance(raw, dict):
         load_scenario(path)             # says why a file that is not a mapping is no scenario
     fx = parse_fixes(fixes, str(path))

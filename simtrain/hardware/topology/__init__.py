@@ -103,7 +103,7 @@ def load_topology(file: Path, nodes: int, overrides: dict | None = None) -> Topo
     file's keys, e.g. {"scale_out": {"oversubscription": 2}}) laid onto it before it is checked;
     every problem is reported at once as `<file>: <key.path>: <problem>; <fix>`."""
     errs = Collector(str(file))
-    raw = load_yaml(file, errs, "give the path of a topology YAML (fix what is named)")
+    raw = load_yaml(file, errs, "check the path: give an existing topology YAML file")
     if not isinstance(raw, dict):
         errs.add("", "a topology file must be a mapping", "start with `name:` and `kind:`")
         errs.raise_if_any()
