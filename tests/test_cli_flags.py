@@ -11,7 +11,7 @@ import re
 
 import pytest
 import yaml
-from conftest import small_scenario, write
+from conftest import ROOT, small_scenario, write
 
 from simtrain import progress
 from simtrain.cli.main import main
@@ -338,3 +338,15 @@ def test_no_progress_text_off_a_terminal(tmp_path, fast_topology, capsys):
     path = small_scenario(tmp_path, fast_topology)
     assert main(["sweep", str(path), "--grid", "parallel.schedule=1f1b,gpipe", "--out", str(tmp_path / "sw")]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_a_run_into_a_used_out_says_it_replaced_the_earlier_run(tmp_path, capsys):
+    """The second run into the same --out replaces the first run's files, and its `wrote` line
+    says so; the first does not."""
+    scen = str(ROOT / "scenarios" / "llama3-70b-h100-512.yaml")
+    out = str(tmp_path / "o")
+    assert main(["run", scen, "--out", out]) == 0
+    first = capsys.readouterr().out.strip().splitlines()[-1]
+    assert main(["run", scen, "--out", out]) == 0
+    second = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "replacing" not in first and second.endswith("(replacing an earlier run's)")

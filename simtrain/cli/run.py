@@ -135,6 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     sc, topo = load(args)
     run = simulate(sc, topo)
     r = run.result
+    replaced = bool(args.out) and (Path(args.out) / "run_info.json").is_file()    # an earlier run's files
     if args.out:
         # written beside --out and moved in together: concurrent runs never mix their files
         with staged_dir(args.out) as out:
@@ -146,5 +147,5 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(summary(r, run.wall_s, sc))
         if args.out:
-            print(f"\n  wrote {args.out}/: {' '.join(OUT_FILES)}")
+            print(f"\n  wrote {args.out}/: {' '.join(OUT_FILES)}" + (" (replacing an earlier run's)" if replaced else ""))
     return 0
