@@ -47,7 +47,7 @@ class AnalyticalBackend:
         self._shapes: dict = {}      # (kind, stage) -> (the ring's tier bandwidth, its flows' sources, destinations)
         self._loads: dict = {}       # (kind, stage, share) -> the tier load of a class's ring
         self.per_stage = self.grid.world // p.pp
-        self._sends: dict = {}       # (stage, peer position) -> (tier bandwidth, sources, destinations) of its sends
+        self._sends: dict = {}       # (stage, peer position) -> (tier bandwidth, tier loads at it) of its sends
 
     def loaded_shape(self, kind: str, c: RankClass) -> GroupShape:
         """The class's group shape; on a fabric with an oversubscribed tier (`Topology.tier_bandwidth`),
@@ -131,15 +131,16 @@ class AnalyticalBackend:
             place = self.place if self.place is not None else range(self.grid.world)
             src = np.array([place[r] for r in range(lo, lo + per)], dtype=np.int64)
             dst = np.array([place[r - lo + peer * per] for r in range(lo, lo + per)], dtype=np.int64)
-            self._sends[key] = (self.topo.tier_bandwidth(src, dst), src, dst)
-        bw, src, dst = self._sends[key]
+            bw = self.topo.tier_bandwidth(src, dst)
+            self._sends[key] = (bw, self.topo.tier_loads(src, dst, bw) if bw is not None else ())
+        bw, loads = self._sends[key]
         if bw is None:
             return Timing(self.transfer(nbytes, link_class))
         link = self.topo._link_by_class(link_class)
         transfer = nbytes / (bw * link.efficiency)
         t = link.latency + transfer
         share = c.multiplicity / self.per_stage * transfer / t
-        return Timing(t, tuple((e, share * u) for e, u in self.topo.tier_loads(src, dst, bw)))
+        return Timing(t, tuple((e, share * u) for e, u in loads))
 
     def choices(self) -> list:
         return [CollectiveChoice(kind, coll, n, shape.size, None, c) for (kind, coll, n, shape), c in self.chosen.items()]
