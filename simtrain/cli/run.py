@@ -95,7 +95,7 @@ def summary(r: StepResult, wall: float, sc: Scenario) -> str:
     g = 2.0**30
     for m in r.memory:
         lines.append(f"    stage {m.stage:<3}             {m.weights / g:7.2f} {m.gradients / g:6.2f} {m.optimizer / g:6.2f} "
-                     f"{m.activations / g:6.2f} {m.communication_buffers / g:8.2f} {m.total / g:6.2f}  {m.inflight_microbatches_peak:>5}")
+                     f"{m.activations / g:6.2f} {m.communication_buffers / g:8.2f} {m.total / g:6.2f}  {round(m.inflight_microbatches_peak, 3):>5g}")
     if r.coverage:
         lines += ["", "  coverage notes (costs not backed by a direct measurement):"]
         lines += [f"    - {c}" for c in r.coverage]

@@ -183,7 +183,7 @@ def run_sections(out: Path) -> list:
     parts = [("compute", bd["compute_s"]), ("pipeline bubble", bd["bubble_s"])]
     parts += [(f"exposed {k} comm", v) for k, v in bd["exposed_comm_s"].items() if v > 0 or k in ("tp", "pp", "dp")]
     mem_cols = ("weights", "gradients", "optimizer", "activations", "communication_buffers", "total")
-    mem = [[Cell(str(m["stage"]), m["stage"])] + [gib(m[k]) for k in mem_cols] + [n(m["inflight_microbatches_peak"], ",.0f")]
+    mem = [[Cell(str(m["stage"]), m["stage"])] + [gib(m[k]) for k in mem_cols] + [n(m["inflight_microbatches_peak"], ",.4g")]
            + ([m["device"]] if "device" in m else [])
            for m in r["memory"]]
     mem_head = ["stage"] + [f"{k.replace('_', ' ')} (GiB)" for k in mem_cols] + ["in-flight microbatches"]
