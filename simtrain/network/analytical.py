@@ -45,7 +45,7 @@ class AnalyticalBackend:
         self.place = place
         self.moe = sc.model.moe is not None
         self._shapes: dict = {}      # (kind, stage) -> (the ring's tier bandwidth, its flows' sources, destinations)
-        self._loads: dict = {}       # (kind, stage, share) -> the tier load of a class's ring
+        self._loads: dict = {}       # (kind, stage) -> the tier loads of the stage's rings
         self.per_stage = self.grid.world // p.pp
         self._sends: dict = {}       # (stage, peer position) -> (tier bandwidth, tier loads at it) of its sends
 
@@ -77,13 +77,17 @@ class AnalyticalBackend:
         hit = self._shapes.get((kind, c.stage))
         if cost.algorithm != "ring" or hit is None or hit[0] is None or cost.seconds <= 0:
             return ()
-        key = (kind, c.stage, c.multiplicity, cost.transfer / cost.seconds)
-        out = self._loads.get(key)
-        if out is None:
+        key = (kind, c.stage)
+        if key not in self._loads:
             bw, src, dst = hit
-            share = c.multiplicity / self.per_stage * key[3]
-            out = self._loads[key] = tuple((e, share * u) for e, u in self.topo.tier_loads(src, dst, bw))
-        return out
+            self._loads[key] = self.topo.tier_loads(src, dst, bw)
+        return self._class_share(self._loads[key], c, cost.transfer / cost.seconds)
+
+    def _class_share(self, loads: tuple, c: RankClass, busy: float) -> tuple:
+        """A stage's tier loads as one of its classes carries them: times the class's share of the
+        stage's ranks and the fraction `busy` of the op's time its flows move bytes."""
+        share = c.multiplicity / self.per_stage * busy
+        return tuple((e, share * u) for e, u in loads)
 
     def shape_cost(self, collective: str, nbytes: float, shape: GroupShape) -> Cost:
         """The Cost of a collective over a group of this shape (the scenario's algorithm and
@@ -139,8 +143,7 @@ class AnalyticalBackend:
         link = self.topo._link_by_class(link_class)
         transfer = nbytes / (bw * link.efficiency)
         t = link.latency + transfer
-        share = c.multiplicity / self.per_stage * transfer / t
-        return Timing(t, tuple((e, share * u) for e, u in loads))
+        return Timing(t, self._class_share(loads, c, transfer / t))
 
     def choices(self) -> list:
         return [CollectiveChoice(kind, coll, n, shape.size, None, c) for (kind, coll, n, shape), c in self.chosen.items()]

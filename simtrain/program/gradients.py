@@ -42,13 +42,11 @@ class GradientTraffic:
         self.param_gather: dict = {}     # (chunk, layer) -> op id of the overlapped parameter all-gather
         self.bucket_params = 0.0
         self.bucket_expert = 0.0
-        t = prog.sc.training
-        # Megatron-LM --fp8-param-gather / torchtitan's FP8 all-gather: FP8 GEMMs' weights move in FP8
-        self.fp8_gather = t.precision == "fp8" and t.fp8_param_gather
 
     def gathered(self, params: float, fp8_params: float) -> float:
-        """Bytes an all-gather of `params` parameters moves, `fp8_params` of them FP8 GEMMs' weights."""
-        return fp8.gathered_bytes(self.fp8_gather, params, fp8_params)
+        """Bytes an all-gather of `params` parameters moves, `fp8_params` of them FP8 GEMMs' weights
+        (Megatron-LM --fp8-param-gather / torchtitan's FP8 all-gather move those in FP8)."""
+        return fp8.gathered_bytes(self.prog.sc.training, params, fp8_params)
 
     def dp_comm(self, collective: str, nbytes: float, name: str, deps: list[int], mb: int, chunk: int = 0) -> EOp:
         prog = self.prog

@@ -79,7 +79,6 @@ class Lowering:
         which a bulk overlap folded into one op prices in its closed form (`Ring.time`)."""
         self.sc, self.topo, self.work, self.classes, self.sched, self.costs = sc, topo, work, classes, sched, costs
         self.place = place
-        self._grad_norm_s: float | None = None
         self.work_of = work_of or (lambda ep_rank: work)
         self.class_costs = class_costs or {}       # class id -> cost model (stragglers, mixed devices)
         self.link_factor = link_factor or {}       # class id -> time factor of its transfers
@@ -99,7 +98,7 @@ class Lowering:
         self.validation_ops: list = []               # the post-step validation all-reduces (EOps)
         t = sc.training
         self.delayed_amax = t.precision == "fp8" and t.fp8_recipe == "delayed" and sc.world_size > sc.parallel.pp
-        self._stage_ar: dict = {}                    # (stage, bytes) -> seconds of an all-reduce over the stage
+        self._small_ar: dict = {}                    # (first rank, end rank, bytes) -> seconds (`small_all_reduce_time`)
         self._stage_ids: dict = {}                   # stage -> (its classes' ids, their slowest link factor)
 
     def _new(self, c: RankClass, **kw) -> EOp:
@@ -108,28 +107,22 @@ class Lowering:
         self.ops.append(op)
         return op
 
-    def grad_norm_time(self) -> float:
-        """Seconds of the global gradient-norm all-reduce (a few bytes over every rank of the
-        step), computed once per step; see `optimizer.grad_norm_barrier`."""
-        if self._grad_norm_s is None:
-            devs = list(self.place) if self.place is not None else list(range(self.sc.world_size))
-            net = self.sc.network
-            self._grad_norm_s = choose("all_reduce", GRAD_NORM_BYTES, group_shape(devs, self.topo), self.topo,
-                                       net.algorithm_for("all_reduce"), net.protocol).seconds
-        return self._grad_norm_s
-
-    def stage_all_reduce_time(self, stage: int, nbytes: float) -> float:
-        """Seconds of an all-reduce of `nbytes` over every rank of one pipeline stage (its tp x cp x
-        dp ranks), in closed form over their group shape: a few bytes, so latency."""
-        key = (stage, nbytes)
-        if key not in self._stage_ar:
-            per = self.sc.world_size // self.sc.parallel.pp
-            ranks = range(stage * per, (stage + 1) * per)
+    def small_all_reduce_time(self, ranks: range, nbytes: float) -> float:
+        """Seconds of an all-reduce of a few bytes over a contiguous range of ranks (every rank of
+        the step, or of one pipeline stage: its tp x cp x dp ranks), in closed form over their
+        group shape, cached per (ranks, bytes): latency, no contention to share."""
+        key = (ranks.start, ranks.stop, nbytes)
+        if key not in self._small_ar:
             devs = [self.place[r] for r in ranks] if self.place is not None else list(ranks)
             net = self.sc.network
-            self._stage_ar[key] = choose("all_reduce", nbytes, group_shape(devs, self.topo), self.topo,
+            self._small_ar[key] = choose("all_reduce", nbytes, group_shape(devs, self.topo), self.topo,
                                          net.algorithm_for("all_reduce"), net.protocol).seconds
-        return self._stage_ar[key]
+        return self._small_ar[key]
+
+    def grad_norm_time(self) -> float:
+        """Seconds of the global gradient-norm all-reduce (a few bytes over every rank of the
+        step); see `optimizer.grad_norm_barrier`."""
+        return self.small_all_reduce_time(range(self.sc.world_size), GRAD_NORM_BYTES)
 
     def costs_of(self, c: RankClass) -> ComputeCostModel:
         """The class's compute cost model (its device type, slowed by its straggler factors)."""
@@ -439,7 +432,8 @@ class ClassLowering:
             low._stage_ids[c.stage] = (ids, low.slowest_link(ids))
         ids, link = low._stage_ids[c.stage]
         nbytes = delayed_amax_bytes(w.fp8_gemms, phase)
-        dur = low.stage_all_reduce_time(c.stage, nbytes) * link
+        per = self.sc.world_size // self.p.pp
+        dur = low.small_all_reduce_time(range(c.stage * per, (c.stage + 1) * per), nbytes) * link
         seq = self.next_seq("amax")
         ar = low._new(c, stream="tp", kind="coll", category="dp", duration=dur,
                       label=f"all_reduce:amax_{'forward' if phase == 'F' else 'backward'}", mb=a.microbatch,

@@ -71,7 +71,7 @@ def comm_buffers(sc: Scenario, layer_params: float, layer_fp8: float = 0.0) -> f
     if p.tp > 1:
         out += msg
     if p.zero_stage == 3 and p.dp > 1:
-        out += 2 * fp8.gathered_bytes(t.precision == "fp8" and t.fp8_param_gather, layer_params, layer_fp8)
+        out += 2 * fp8.gathered_bytes(t, layer_params, layer_fp8)
     moe = sc.model.moe
     if moe is not None and p.ep > 1:
         # routing buffers: the dispatch's send and receive buffers of T·k tokens (uniform routing)

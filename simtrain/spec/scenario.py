@@ -461,7 +461,7 @@ class ClusterSpec:
         json={"anyOf": [{"type": "number", "minimum": 0, "exclusiveMaximum": 1},
                         {"type": "string", "pattern": r"^\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*(?:Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?[Bb]\s*$"},
                         {"type": "string", "pattern": r"^\s*(?:\d+\.?\d*|\.\d+)\s*%\s*$"}],
-              "description": "a size such as \"6 GiB\", or a fraction of the capacity in [0, 1)"})
+              "description": "a size such as \"6 GiB\", a fraction of the capacity in [0, 1), or a percentage such as \"5%\""})
 
     @property
     def heterogeneous(self) -> bool:

@@ -294,19 +294,16 @@ def evaluate_h100(rows: Sequence[dict] | None = None, profile: str | None = H100
     the H100 SXM5, the others take their source's `device_profile` (none: the preset alone)."""
     data = h100_data()
     rows = data["rows"] if rows is None else rows
-    src = data["sources"]
-    eager = {k: v.get("eager_fusions") for k, v in src.items()}
-    loss = {k: v.get("loss_kernel") for k, v in src.items()}
-    device = {k: v.get("device", H100_DEVICE) for k, v in src.items()}
+    sources = data["sources"]
     runs, skipped = [], []
     for r in progress.track(rows, len(rows), "h100", "row"):
         if r.get("skip"):
             skipped.append(Skipped(r["id"], r["gpus"], r["skip"]))
             continue
-        s = r.get("source")
-        dev = device.get(s, H100_DEVICE)
-        prof = profile if dev == H100_DEVICE else src.get(s, {}).get("device_profile")
-        raw = h100_scenario(r, prof, eager.get(s), loss.get(s), dev)
+        src = sources.get(r.get("source"), {})
+        dev = src.get("device", H100_DEVICE)
+        prof = profile if dev == H100_DEVICE else src.get("device_profile")
+        raw = h100_scenario(r, prof, src.get("eager_fusions"), src.get("loss_kernel"), dev)
         try:
             if overrides:
                 errs = Collector("--set")

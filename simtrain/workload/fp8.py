@@ -135,13 +135,13 @@ GATHERED = Q
 the scale is one number per weight, and the columnwise copy is transposed from the gathered rows)."""
 
 
-def gathered_bytes(param_gather: bool, params: float, fp8_params: float) -> float:
+def gathered_bytes(training, params: float, fp8_params: float) -> float:
     """Bytes of `params` parameters as a data-parallel all-gather moves them and a ZeRO-3 gather
     buffer holds them, `fp8_params` of them FP8 GEMMs' weights: 16-bit, or with FP8 weights
     gathered (`training.fp8_param_gather`, on an FP8 run) those at GATHERED bytes. torchao's
     FSDP float8 all-gather wraps the gathered FP8 data as the layer's weight
     (`fsdp_post_all_gather`), so the unsharded layer is held at that size too."""
-    if param_gather:
+    if training.precision == "fp8" and training.fp8_param_gather:
         return ACT_BYTES * (params - fp8_params) + GATHERED * fp8_params
     return ACT_BYTES * params
 
