@@ -44,6 +44,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from simtrain.spec.scenario import FP8_RECIPES as RECIPES  # noqa: F401  (TE's DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling)
+from simtrain.spec.scenario import TrainingSpec
 from simtrain.workload.ir import ACT_BYTES, Comm, Op, Ring
 
 Q = 1.0                  # FP8 bytes per element, per layout
@@ -135,7 +136,7 @@ GATHERED = Q
 the scale is one number per weight, and the columnwise copy is transposed from the gathered rows)."""
 
 
-def gathered_bytes(training, params: float, fp8_params: float) -> float:
+def gathered_bytes(training: TrainingSpec, params: float, fp8_params: float) -> float:
     """Bytes of `params` parameters as a data-parallel all-gather moves them and a ZeRO-3 gather
     buffer holds them, `fp8_params` of them FP8 GEMMs' weights: 16-bit, or with FP8 weights
     gathered (`training.fp8_param_gather`, on an FP8 run) those at GATHERED bytes. torchao's
