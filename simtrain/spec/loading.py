@@ -77,15 +77,20 @@ def _resolve_memory(cluster: dict, capacities: list, errs: Collector) -> None:
         try:
             pct = float(raw.strip()[:-1])
         except ValueError:
-            pct = float("nan")
+            errs.add("cluster.memory_reserve", f"cannot read {short(raw, 40)} as a percentage", fix)
+            cluster["memory_reserve"] = None
+            return
         if not (math.isfinite(pct) and 0 <= pct < 100):
             errs.add("cluster.memory_reserve", f"a percentage of the capacity must be >= 0 and < 100, got {short(raw, 40)}", fix)
             cluster["memory_reserve"] = None
             return
         cluster["memory_reserve"] = pct / 100
     elif isinstance(raw, str):
-        size = parse_value(raw, "bytes", "cluster.memory_reserve", errs)
+        own = Collector(errs.file)
+        size = parse_value(raw, "bytes", "cluster.memory_reserve", own)
         if size is None:
+            # the size parser's problem, with the reserve's own fix (its example is a device's capacity)
+            errs.problems.extend(Problem(p.file, p.path, p.problem, fix) for p in own.problems)
             cluster["memory_reserve"] = None
             return
         if 0 < size < 1:
