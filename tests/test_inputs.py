@@ -183,3 +183,16 @@ def test_keys_the_run_does_not_use_are_warned_of(tmp_path, fast_topology):
     with w.catch_warnings():
         w.simplefilter("error")
         load_scenario(p)
+
+
+def test_exponent_without_a_dot_is_a_number_in_files_and_overrides(tmp_path, fast_topology):
+    """YAML 1.1 reads `5e-2` as a string (its float form needs a dot); simtrain reads it as YAML 1.2
+    and JSON do, in a file and in --set alike: 5e-2 is the same reserve as 0.05."""
+    p = small_scenario(tmp_path, fast_topology)
+    p.write_text(p.read_text().replace("cluster:\n", "cluster:\n  memory_reserve: 5e-2\n", 1))
+    sc, _ = load_scenario(p)
+    assert sc.cluster.memory_reserve == 0.05
+    sc2, _ = load_scenario(small_scenario(tmp_path, fast_topology), overrides=["cluster.memory_reserve=5E-2"])
+    assert sc2.cluster.memory_reserve == 0.05
+    import yaml
+    assert yaml.safe_load("5e-2") == "5e-2"      # the library's own loader is left as it is

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import zlib
 from pathlib import Path
@@ -50,6 +51,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _UniqueKeyLoader.construct_mapping)
+
+# YAML 1.1 (PyYAML) reads a float only with a dot, so `5e-6` and `1e9` would arrive as strings and be
+# refused as "not a number"; YAML 1.2 and JSON read them as floats, and so does simtrain. The
+# resolver is the loader's own (PyYAML copies the table per class), so yaml.safe_load is unchanged.
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
 
 
 def short(value: Any, limit: int = 200) -> str:
