@@ -61,10 +61,14 @@ class EngineConfig:
     engine arguments where it has one (block 16, gpu_memory_utilization 0.9, max_num_seqs 256,
     chunked prefill on in V1, CUDA graphs captured up to 512 sequences, vllm/config and
     vllm/engine/arg_utils.py); `max_num_batched_tokens` 8192 is V1's default for the OpenAI
-    server on large GPUs (it varies by version and usage context). `cpu_overhead_s`,
-    `launch_overhead_s` and `reserved_bytes` are assumptions (1 ms of scheduling and input
-    preparation per iteration, 5 us per eager kernel launch, 1 GiB of CUDA context, NCCL and
-    graph memory), not measurements: set them from a profile of the engine when you have one."""
+    server on large GPUs (it varies by version and usage context). `launch_overhead_s`, the host
+    time per kernel when the engine runs eagerly, is 23 us: the median start-to-start interval
+    between consecutive kernel launches of one CPU thread in a PyTorch eager step, measured with
+    `simtrain.calibration.kineto.host_stats` on an A100 trace (HolisticTraceAnalysis test data,
+    docs/modelling/framework-host.md); it covers the Python and aten dispatch between kernels as
+    well as the launch call (4 us median). `cpu_overhead_s` and `reserved_bytes` are assumptions
+    (1 ms of scheduling and input preparation per iteration, 1 GiB of CUDA context, NCCL and graph
+    memory), not measurements: set them from a profile of the engine when you have one."""
     tp: int = 1
     ep: int = 1
     dp: int = 1
@@ -77,7 +81,7 @@ class EngineConfig:
     cuda_graph_max_batch: int = 512
     cpu_overhead_s: float = 1e-3
     overlap_cpu: bool = False
-    launch_overhead_s: float = 5e-6
+    launch_overhead_s: float = 23e-6
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     reserved_bytes: float = 1.0 * GiB
