@@ -198,6 +198,17 @@ def test_grad_reduce_in_bf16_round_trip(tmp_path):
     assert t["training"]["grad_reduce_in_bf16"] is True
 
 
+def test_qk_layernorm_round_trip(tmp_path):
+    """model.qk_norm exports as Megatron's --qk-layernorm and imports back."""
+    src = ROOT / "scenarios" / "mixtral-8x7b-h100-64.yaml"
+    sc, _ = load_scenario(src, ["model.qk_norm=true"])
+    args = megatron.to_args(sc.resolved())
+    assert "--qk-layernorm" in args
+    t = run_import(tmp_path, "megatron", "--args", " ".join(args), "--world-size", "64", *H100, "--name", sc.name)
+    assert t["model"]["qk_norm"] is True
+    assert "--qk-layernorm" not in megatron.to_args(load_scenario(src)[0].resolved())
+
+
 def test_megatron_fusion_switches_round_trip(tmp_path):
     """Megatron's --no-*-fusion switches and --cross-entropy-loss-fusion map onto training.fusions
     (their names in megatron/training/arguments.py), and export back to the same switches."""

@@ -404,6 +404,8 @@ def to_tree(file: str, text: str, opts: Options, errs: Collector, out_dir: Path)
                  "num_key_value_heads": kv, "ffn_hidden_size": ffn, "vocab_size": vocab, "seq_length": seq,
                  "tie_embeddings": not _flag(f, "--untie-embeddings-and-output-weights"),
                  "make_vocab_size_divisible_by": _int(f, "--make-vocab-size-divisible-by")}
+        if _flag(f, "--qk-layernorm"):
+            model["qk_norm"] = True
         kvc = _int(f, "--kv-channels")
         if kvc is not None and (not h or not heads or kvc != h // heads):
             model["head_dim"] = kvc
@@ -621,6 +623,8 @@ def to_args(tree: dict[str, Any]) -> list[str]:
         add("--disable-bias-linear")
         add("--attention-dropout", 0.0)
         add("--hidden-dropout", 0.0)
+    if m.get("qk_norm"):
+        add("--qk-layernorm")
     if not m.get("tie_embeddings"):
         add("--untie-embeddings-and-output-weights")
     moe = m.get("moe")

@@ -301,6 +301,8 @@ def _model_from_hf(path: Path, errs: Collector) -> tuple[dict, int | None]:
             # Qwen3, Gemma, Mistral-Nemo: heads wider or narrower than hidden_size / heads (MLA
             # models give their head widths in their own fields)
             out["head_dim"] = cfg["head_dim"]
+        if mt in ("qwen3", "qwen3_moe"):
+            out["qk_norm"] = True          # Qwen3Attention's q_norm and k_norm (transformers)
     moe = _moe_from_hf(cfg)
     if moe:
         out["moe"] = moe

@@ -136,6 +136,8 @@ class ModelSpec:
     head_dim: Optional[int] = spec_field("posint", "width of one attention head (Q, K and V); Hugging Face's `head_dim`",
                                          default=None, optional=True, derived="hidden_size / num_attention_heads",
                                          maximum=65_536)
+    qk_norm: bool = spec_field("bool", "an RMSNorm over each query and key head between the QKV projection and the "
+                               "rotary (Qwen3's q_norm and k_norm; Megatron --qk-layernorm)", default=False)
     tie_embeddings: bool = spec_field("bool", "input and output embeddings share weights", default=False)
     make_vocab_size_divisible_by: int = spec_field("posint", "vocabulary padded to a multiple of this (Megatron)", default=128, maximum=65_536)
     moe: Optional[MoESpec] = spec_field("any", "mixture-of-experts MLP (refines a preset's section key by key)",

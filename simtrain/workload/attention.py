@@ -50,6 +50,12 @@ class Attention(MLAProjections):
                 eq, ek = T * heads * self.mla.qk_rope_head_dim, T * self.mla.qk_rope_head_dim
             rope = (rope_ops("rotary", eq, ek, "F", self.fusions.rope),
                     rope_ops("rotary.bwd", eq, ek, "B", self.fusions.rope))
+            if self.qk_norm:
+                # Qwen3 / Megatron --qk-layernorm: RMSNorm over each head of Q, then of K, on the
+                # QKV output before the rotary; their backward after the rotary's
+                qn = (self.nongemm("rmsnorm", "q_layernorm", eq) + self.nongemm("rmsnorm", "k_layernorm", ek),
+                      self.nongemm("rmsnorm", "k_layernorm.bwd", ek, "B") + self.nongemm("rmsnorm", "q_layernorm.bwd", eq, "B"))
+                rope = (qn[0] + rope[0], rope[1] + qn[1])
         out, out_b, out_w = self.gemm_fbw("attn_out", T, h, heads * v_dim)
         r1, r1b = self.residual(1, seq_e)
         msg = act_b * T * h                             # full activation buffer of one TP collective

@@ -63,6 +63,7 @@ class LayerDims:
             self.gpt = True                    # ViT blocks: LayerNorm, GeLU MLP, biases
             self.causal = False                # bidirectional attention over the patches
             self.mla = None
+            self.qk_norm = False
             self.V = 0
         else:
             self.s, self.h = m.seq_length, m.hidden_size
@@ -70,6 +71,7 @@ class LayerDims:
             self.f = m.ffn_hidden_size
             self.gpt = m.architecture == "gpt"
             self.mla = m.mla
+            self.qk_norm = m.qk_norm and m.mla is None     # per-head norms of Q and K (Qwen3)
             self.V = padded_vocab(m.vocab_size, p.tp, m.make_vocab_size_divisible_by)
         self.T = self.b * self.s // self.cp         # tokens per microbatch on this rank
         # tensor-parallel collectives overlapped with their GEMMs (needs sp; the loader checks the

@@ -78,6 +78,7 @@ class GenerationDims:
         self.f, self.V = m.ffn_hidden_size, m.vocab_size
         self.gpt = m.architecture == "gpt"
         self.mla, self.moe = m.mla, m.moe
+        self.qk_norm = m.qk_norm and m.mla is None
         self.heads = self.a / tp
         self.kv_heads = max(self.g / tp, 1.0)        # a KV head is replicated when tp > g (vLLM, TRT-LLM)
         if self.mla is not None:
@@ -195,6 +196,10 @@ class GenerationDims:
                      # absorbed (decode) or expanding (prefill) use of W_UK and W_UV: read once, T rows
                      self.gemm("kv_up", T, self.heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank)]
         rope = () if self.gpt else (self.mem("rotary", 2 * act * T * (self.heads + self.kv_heads) * self.d),)
+        if self.qk_norm:
+            # Qwen3's q_norm and k_norm: one RMSNorm kernel each over the rank's Q and K heads
+            rope = (self.mem("q_norm", 2 * act * T * self.heads * self.d),
+                    self.mem("k_norm", 2 * act * T * self.kv_heads * self.d)) + rope
         out = self.gemm("o_proj", T, h, self.heads * self.v_dim)
         seg = (norm, *proj, *rope, *self.attention_ops(b), out)
         items: list = [seg]

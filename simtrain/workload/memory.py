@@ -88,7 +88,7 @@ class Memory(LayerDims):
         attn = h * (q + 2 * kv) + q * h                        # QKV, output projection
         if self.gpt:
             return attn / t + (q + 2 * kv) / t + 4 * h + h     # QKV bias; 2 LayerNorms; row bias (attn out)
-        return attn / t + 2 * h
+        return attn / t + 2 * h + (2 * self.d if self.qk_norm else 0)    # + Qwen3's per-head q and k norm weights
 
     def mlp_params(self, width: float) -> float:
         h, t = self.h, self.tp
@@ -149,6 +149,8 @@ class Memory(LayerDims):
             # (2·g·d each), attention output 2·a·d, MLP internals
             q, kv = a * self.d, self.g * self.d
             tpr = (2 * q + 4 * kv + xb * q + mlp) / t
+            if self.qk_norm:
+                tpr += 2 * (q + kv) / t                        # Q and K before their norms (the norms' inputs)
         else:
             # MLA (DeepSeek-V2 §2.1.2) as the flash kernel sees it: per head Q and K of
             # qk_nope + qk_rope, V and the output of v_head_dim (the output is also attn_out's
