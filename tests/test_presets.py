@@ -36,10 +36,10 @@ def test_published_parameter_counts(tmp_path, name, total, non_embedding, rel):
 def test_qwen3_30b_a3b_by_hand(tmp_path):
     """h 2048, 32 heads of 128 (Q 2048 -> 4096), 4 KV heads, 48 layers, 128 experts of 768, top-8,
     vocab 151936, untied. Per layer: attention 2048·4096 + 2·2048·512 + 4096·2048 = 18,874,368,
-    norms 2·2048, router 128·2048 = 262,144, experts 128·3·2048·768 = 603,979,776; embedding and
+    norms 2·2048 and Qwen3's per-head q and k norms 2·128, router 128·2048 = 262,144, experts 128·3·2048·768 = 603,979,776; embedding and
     head 2·151936·2048 = 622,329,856, final norm 2048.
-    Total 48·623,120,384 + 622,331,904 = 30,532,110,336 (model card: 30.5B). Active: 8 of 128
-    experts, 48·(19,140,608 + 37,748,736) + 622,331,904 = 3,353,020,416: the card's "3.3B" is
+    Total 48·623,120,640 + 622,331,904 = 30,532,122,624 (model card: 30.5B). Active: 8 of 128
+    experts, 48·(19,140,864 + 37,748,736) + 622,331,904 = 3,353,032,704: the card's "3.3B" is
     two significant figures, and this count is 1.6 % above it."""
     sc = preset(tmp_path, "qwen3-30b-a3b")
     m = sc.model
@@ -47,12 +47,12 @@ def test_qwen3_30b_a3b_by_hand(tmp_path):
     assert m.moe.num_shared_experts == 0 and m.moe.shared_expert_ffn_hidden_size == 0
     attn = 2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048
     assert attn == 18_874_368
-    dense = attn + 2 * 2048 + 128 * 2048
+    dense = attn + 2 * 2048 + 2 * 128 + 128 * 2048
     expert = 3 * 2048 * 768
     outer = 2 * 151936 * 2048 + 2048
     c = parameter_counts(sc)
-    assert c["total"] == 48 * (dense + 128 * expert) + outer == 30_532_110_336
-    assert c["active"] == 48 * (dense + 8 * expert) + outer == 3_353_020_416
+    assert c["total"] == 48 * (dense + 128 * expert) + outer == 30_532_122_624
+    assert c["active"] == 48 * (dense + 8 * expert) + outer == 3_353_032_704
     assert c["active"] == pytest.approx(3.3e9, rel=0.02)
 
 
