@@ -163,16 +163,17 @@ def test_chunked_prefill_mixes_chunks_into_decode_iterations():
 
 def test_cuda_graphs_on_off():
     """Kernels free, the default 23 us per launch: with graphs one launch per iteration; without,
-    the host issues each kernel: 2 layers x 11 operators (norm, qkv, rotary, attention, o_proj,
-    residual; norm, gate_up, silu, down, residual) + 4 (embedding, final norm, LM head, sampler) =
-    26 kernels, 26 x 23 = 598 us (host_queue of 26 zero-length kernels); at 5 us, 130 us."""
+    the host issues each kernel: 2 layers x 9 operators (add + RMSNorm fused as the engines run it,
+    qkv, rotary, attention, o_proj; add + RMSNorm, gate_up, silu, down) + 4 (embedding, final norm,
+    LM head, sampler) = 22 kernels, 22 x 23 = 506 us (host_queue of 22 zero-length kernels); at
+    5 us, 110 us."""
     b = Batch(decode=2, decode_ctx=20.0, sampled=2)
     on = IterationCost(GenerationDims(TINY), H100, None, EngineConfig(cpu_overhead_s=0.0), ZeroCosts())
     off = IterationCost(GenerationDims(TINY), H100, None, EngineConfig(cpu_overhead_s=0.0, cuda_graphs=False), ZeroCosts())
     assert on.seconds(b) == pytest.approx(23e-6, rel=1e-3)
-    assert off.seconds(b) == pytest.approx(598e-6, rel=1e-3)
+    assert off.seconds(b) == pytest.approx(506e-6, rel=1e-3)
     five = EngineConfig(cpu_overhead_s=0.0, cuda_graphs=False, launch_overhead_s=5e-6)
-    assert IterationCost(GenerationDims(TINY), H100, None, five, ZeroCosts()).seconds(b) == pytest.approx(130e-6, rel=1e-3)
+    assert IterationCost(GenerationDims(TINY), H100, None, five, ZeroCosts()).seconds(b) == pytest.approx(110e-6, rel=1e-3)
 
 
 def test_graphs_matter_for_small_models_only_at_small_batches():
@@ -272,3 +273,20 @@ def test_trtllm_bench_heuristic_worked_example():
     64 KiB per token, 8.03 GB of weights; 0.95 x (74.5 - 7.48) GiB / (64 KiB x 256) = 4,074
     requests -> batch 256·ceil(4074/256) = 4,096; tokens 4,074 x 2 = 8,148 -> 512·16 = 8,192."""
     assert trtllm_bench_settings(model_spec("llama3-8b"), H100, 1, 128, 128) == (4096, 8192)
+
+
+def test_residual_add_is_fused_into_the_rmsnorm_as_engines_run_it():
+    """vLLM's and SGLang's RMSNorm with a residual is one kernel (`fused_add_rms_norm`): it reads
+    the hidden state and the residual and writes both, 4 x 2 bytes x T x h; with T = 3 and h = 64,
+    1,536 bytes, two per layer and no separate residual add. GPT keeps its LayerNorm (2 x 2 x T x h
+    = 768 bytes) and residual adds (3 x 2 x T x h = 1,152 bytes)."""
+    b = Batch(decode=3, decode_ctx=30.0, sampled=3)
+
+    def names(model):
+        return [o for count, items in GenerationDims(model).step_items(b) for it in items if not isinstance(it, Comm)
+                for o in it if count]
+    ops = {o.name: o for o in names(TINY)}
+    assert ops["add_rmsnorm1"].bytes == ops["add_rmsnorm2"].bytes == 1536
+    assert not any(n.startswith(("residual_add", "rmsnorm")) for n in ops)
+    gpt = {o.name: o for o in names(replace(TINY, architecture="gpt"))}
+    assert gpt["layernorm1"].bytes == 768 and gpt["residual_add1"].bytes == gpt["residual_add2"].bytes == 1152

@@ -182,7 +182,7 @@ class GenerationDims:
     def attention_block(self, b: Batch) -> list:
         T, h = b.tokens, self.h
         act = ACT_BYTES
-        norm = self.mem("layernorm1" if self.gpt else "rmsnorm1", 2 * act * T * h)
+        norm = self._norm(T, 1)
         if self.mla is None:
             proj = [self.gemm("qkv", T, (self.heads + 2 * self.kv_heads) * self.d, h)]
         else:
@@ -206,13 +206,25 @@ class GenerationDims:
         ar = self._tp_ar(T, "tp_ar_attn")
         if ar is not None:
             items.append(ar)
-        items.append((self.mem("residual_add1", 3 * act * T * h),))
+        if self.gpt:
+            items.append((self.mem("residual_add1", 3 * act * T * h),))
         return items
+
+    def _norm(self, T: float, i: int) -> Op:
+        """The norm opening half `i` of a layer. GPT: a LayerNorm (read and write T·h), its
+        residual add a kernel of its own. RMSNorm models: the engines' fused residual add and
+        RMSNorm, one kernel reading the hidden state and the residual and writing both (vLLM's
+        and SGLang's RMSNorm with a residual call `fused_add_rms_norm`): the residual add closing
+        each half is folded into the norm opening the next. The first layer's norm has no residual
+        to add and the final norm has one; counting every layer's norms as fused keeps the kernel
+        count exact and the bytes within 2·T·h of the real ones over the whole model."""
+        if self.gpt:
+            return self.mem(f"layernorm{i}", 2 * ACT_BYTES * T * self.h)
+        return self.mem(f"add_rmsnorm{i}", 4 * ACT_BYTES * T * self.h)
 
     def mlp_block(self, b: Batch, kind: str) -> list:
         T, h, act = b.tokens, self.h, ACT_BYTES
-        norm = self.mem("layernorm2" if self.gpt else "rmsnorm2", 2 * act * T * h)
-        ops = [norm]
+        ops = [self._norm(T, 2)]
         if kind == "dense":
             ops += self._ffn(T, self.f / self.tp, "")
         else:
@@ -238,7 +250,8 @@ class GenerationDims:
         ar = self._tp_ar(T, "tp_ar_mlp")
         if ar is not None:
             items.append(ar)
-        items.append((self.mem("residual_add2", 3 * act * T * h),))
+        if self.gpt:
+            items.append((self.mem("residual_add2", 3 * act * T * h),))
         return items
 
     def _ffn(self, T: float, width: float, prefix: str) -> list:
