@@ -196,3 +196,25 @@ def test_exponent_without_a_dot_is_a_number_in_files_and_overrides(tmp_path, fas
     assert sc2.cluster.memory_reserve == 0.05
     import yaml
     assert yaml.safe_load("5e-2") == "5e-2"      # the library's own loader is left as it is
+
+
+def test_a_whole_number_may_be_written_with_an_exponent(tmp_path, fast_topology, capsys):
+    """`global_batch_size: 1.6e1` is 16; 8.5 and 1e30 are refused, the second as out of range."""
+    p = small_scenario(tmp_path, fast_topology)
+    sc, _ = load_scenario(p, overrides=["training.global_batch_size=1.6e1"])
+    assert sc.training.global_batch_size == 16 and isinstance(sc.training.global_batch_size, int)
+    assert main(["check", str(p), "--set", "training.global_batch_size=8.5"]) == 2
+    assert "expected a whole number >= 1, got 8.5" in capsys.readouterr().err
+    assert main(["check", str(p), "--set", "training.global_batch_size=1e30"]) == 2
+    assert "1e+30 is out of range" in capsys.readouterr().err
+
+
+def test_sweep_plot_x_reads_exponents_as_numbers():
+    """--plot-x checks and reads the grid's values with simtrain's loader: 5e-2 is a number."""
+    import json as _json
+
+    from simtrain.studies.sweep import check_plot_x, scaling_points
+    check_plot_x(["cluster.memory_reserve=5e-2,1e-1"], "cluster.memory_reserve")
+    rows = [{"status": "ok", "overrides": _json.dumps([f"cluster.memory_reserve={v}"]), "num_devices": 8,
+             "tokens_per_s": 1.0, "step_time_s": 2.0, "mfu": 0.5} for v in ("1e-1", "5e-2")]
+    assert [p[0] for p in scaling_points(rows, "cluster.memory_reserve")] == [0.05, 0.1]

@@ -110,6 +110,9 @@ BAD = [
     ("reward.kind", "llm", "reward.kind: unknown 'llm'"),
     ("reward.seconds_per_response", float("inf"), "reward.seconds_per_response: inf is not a finite number"),
     ("cluster.nodes", KeyError, "cluster: a job needs cluster.topology and cluster.nodes"),
+    ("rollout.cuda_graphs", "false", "rollout.cuda_graphs: 'false' is not true or false"),
+    ("rollout.overlap_cpu", [1], "rollout.overlap_cpu: [1] is not true or false"),
+    ("rollout.max_num_seqs", 2.5e2 + 0.5, "rollout.max_num_seqs: 250.5 is not a whole number"),
 ]
 
 
@@ -305,3 +308,9 @@ def test_one_node_split_four_and_four():
     a = job.roles["actor"]
     assert (a.topology.nodes, a.topology.devices_per_node, a.scenario.parallel.dp, job.engine.dp) == (1, 4, 4, 2)
     assert json.loads(a.scenario.cluster.topology_overrides) == {"devices_per_node": 4}
+
+
+def test_engine_whole_numbers_may_be_written_with_an_exponent():
+    """`max_num_seqs: 2.56e2` is the whole number 256 (YAML reads it as a float)."""
+    job, probs = _build(_set("rollout.max_num_seqs", 2.56e2))
+    assert not probs and job.engine.max_num_seqs == 256 and isinstance(job.engine.max_num_seqs, int)

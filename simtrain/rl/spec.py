@@ -345,6 +345,10 @@ def build_rl_job(raw: dict, path: Path, errs: Collector) -> RLJob | None:
     engine_name = _choice(ro, "engine", "rollout", errs, "vllm", ("vllm", "sglang"))
     free_cache = _bool(ro, "free_cache_engine", "rollout", errs, True)   # verl's rollout.free_cache_engine default true
     eng_kw = {k: v for k, v in ro.items() if k in ENGINE_FIELDS}
+    for k in ("tp", "ep", "dp", "max_num_seqs", "max_num_batched_tokens", "block_size", "cuda_graph_max_batch"):
+        v = eng_kw.get(k)
+        if isinstance(v, float) and math.isfinite(v) and v.is_integer() and abs(v) <= 2 ** 53:
+            eng_kw[k] = int(v)          # `1e3`: a whole number written with an exponent
     engine = None
     try:
         engine = EngineConfig(**eng_kw)

@@ -59,8 +59,8 @@ GiB = 2 ** 30
 class EngineConfig:
     """A rollout engine (one vLLM / SGLang instance per dp replica). Defaults follow vLLM's
     engine arguments where it has one (block 16, gpu_memory_utilization 0.9, max_num_seqs 256,
-    chunked prefill on in V1, CUDA graphs captured up to 512 sequences, vllm/config and
-    vllm/engine/arg_utils.py); `max_num_batched_tokens` 8192 is V1's default for the OpenAI
+    chunked prefill on in V1, CUDA graphs captured up to 512 tokens per iteration (a decode token
+    per sequence), vllm/config and vllm/engine/arg_utils.py); `max_num_batched_tokens` 8192 is V1's default for the OpenAI
     server on large GPUs (it varies by version and usage context). `launch_overhead_s`, the host
     time per kernel when the engine runs eagerly, is 23 us: the median start-to-start interval
     between consecutive kernel launches of one CPU thread in a PyTorch eager step, measured with
@@ -96,6 +96,10 @@ class EngineConfig:
             v = getattr(self, k)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 0 <= v <= hi:
                 probs.append(f"engine: {k}: {v!r} is not a finite number in [0, {hi:g}]; give a value in range")
+        for k in ("chunked_prefill", "cuda_graphs", "overlap_cpu"):
+            v = getattr(self, k)
+            if not isinstance(v, bool):
+                probs.append(f"engine: {k}: {v!r} is not true or false; write true or false")
         u = self.gpu_memory_utilization
         if not isinstance(u, (int, float)) or not math.isfinite(u) or not 0 < u <= 1:
             probs.append(f"engine: gpu_memory_utilization: {u!r} is not in (0, 1]; give a fraction such as 0.9")

@@ -380,6 +380,11 @@ def parse_value(value: Any, kind: Any, path: str, errs: Collector, example: str 
             return None
     if kind in ("int", "posint"):
         lo = 1 if kind == "posint" else -MAX_INT
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            if abs(value) > MAX_INT:
+                errs.add(path, f"{short(value, 60)} is out of range", "use a whole number of at most 2^53 = 9,007,199,254,740,992")
+                return None
+            value = int(value)              # `8e0`, `1e3`: a whole number written with an exponent
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
             what = "a whole number >= 1" if kind == "posint" else "a whole number"
             errs.add(path, f"expected {what}, got {short(value, 60)}", f"write e.g. `{example or 8}`")

@@ -46,13 +46,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 from simtrain import progress
 from simtrain.errors import ConfigError, Problem, SimtrainError
 from simtrain.results.figures import plain, save_figure
 from simtrain.results.io import check_out_dir, write_atomic
-from simtrain.spec.files import parse_yaml, read_text
+from simtrain.spec.files import TreeError, parse_yaml, read_text
 from simtrain.spec.loading import load_scenario
 from simtrain.spec.overrides import parse_axes, product
 from simtrain.studies.runner import Outcome, internal_error, run_factors
@@ -435,7 +433,7 @@ def scaling_points(rows: list[dict], x_key: str, price: float | None = None) -> 
         vals = dict(o.split("=", 1) for o in json.loads(r["overrides"]))
         if x_key not in vals:
             continue
-        x = float(yaml.safe_load(vals[x_key]))
+        x = float(parse_yaml(vals[x_key]))
         usd = price * r["num_devices"] / 3600.0 / r["tokens_per_s"] * 1e6 if price else None
         pts.append((x, r["step_time_s"], r["mfu"], r["tokens_per_s"], usd, r["num_devices"]))
     pts.sort()
@@ -511,8 +509,8 @@ def check_plot_x(grid: Sequence[str] | None, key: str) -> None:
                                    "sweep only this key (hold the others with --set), or plot from sweep.csv per combination")])
     for v in values[key]:
         try:
-            x = yaml.safe_load(v)
-        except yaml.YAMLError:
+            x = parse_yaml(v)
+        except TreeError:
             x = v
         if isinstance(x, bool) or not isinstance(x, (int, float)):
             kind = "a list" if isinstance(x, list) else ("a mapping" if isinstance(x, dict) else "not a number")
