@@ -31,7 +31,8 @@ from simtrain.errors import Collector, ConfigError
 from simtrain.hardware.topology import Topology, find_topology_file, load_topology
 from simtrain.rl import verl
 from simtrain.rl.lengths import LengthSpec, parse_length_spec
-from simtrain.rollout.engine import EngineConfig
+from simtrain.rollout.engine import INT_FIELDS, EngineConfig
+from simtrain.spec.fields import integral
 from simtrain.spec.files import load_yaml
 from simtrain.spec.loading import apply_overrides, build_scenario
 from simtrain.spec.scenario import Scenario
@@ -344,11 +345,7 @@ def build_rl_job(raw: dict, path: Path, errs: Collector) -> RLJob | None:
     ro = _map(raw, "rollout", ("engine", "free_cache_engine", *ENGINE_FIELDS), errs)
     engine_name = _choice(ro, "engine", "rollout", errs, "vllm", ("vllm", "sglang"))
     free_cache = _bool(ro, "free_cache_engine", "rollout", errs, True)   # verl's rollout.free_cache_engine default true
-    eng_kw = {k: v for k, v in ro.items() if k in ENGINE_FIELDS}
-    for k in ("tp", "ep", "dp", "max_num_seqs", "max_num_batched_tokens", "block_size", "cuda_graph_max_batch"):
-        v = eng_kw.get(k)
-        if isinstance(v, float) and math.isfinite(v) and v.is_integer() and abs(v) <= 2 ** 53:
-            eng_kw[k] = int(v)          # `1e3`: a whole number written with an exponent
+    eng_kw = {k: integral(v) if k in INT_FIELDS else v for k, v in ro.items() if k in ENGINE_FIELDS}
     engine = None
     try:
         engine = EngineConfig(**eng_kw)

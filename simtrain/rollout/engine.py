@@ -55,6 +55,10 @@ from simtrain.workload.generation import DTYPE_BYTES, Batch, GenerationDims
 GiB = 2 ** 30
 
 
+INT_FIELDS = ("tp", "ep", "dp", "max_num_seqs", "max_num_batched_tokens", "block_size", "cuda_graph_max_batch")
+"""EngineConfig's whole-number fields."""
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """A rollout engine (one vLLM / SGLang instance per dp replica). Defaults follow vLLM's
@@ -88,7 +92,7 @@ class EngineConfig:
 
     def __post_init__(self):
         probs = []
-        for k in ("tp", "ep", "dp", "max_num_seqs", "max_num_batched_tokens", "block_size", "cuda_graph_max_batch"):
+        for k in INT_FIELDS:
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 2 ** 31:
                 probs.append(f"engine: {k}: {v!r} is not a whole number in 1..2^31; give a positive integer")

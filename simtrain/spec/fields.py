@@ -362,6 +362,14 @@ def validate_tree(raw: Any, section: Section, path: str, errs: Collector) -> Non
 MAX_INT = 2**53
 
 
+def integral(value: Any) -> Any:
+    """A finite float with no fraction within +-2^53 as the int it is (`8e0`, `1e3`: YAML reads a
+    whole number written with an exponent as a float); anything else unchanged."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) <= MAX_INT:
+        return int(value)
+    return value
+
+
 # scientific notation that YAML 1.1 leaves as a string: 1e6, 2.5E-3, -4e+2 (not nan, not inf)
 _EXPONENT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d{1,3}$")
 
@@ -380,11 +388,10 @@ def parse_value(value: Any, kind: Any, path: str, errs: Collector, example: str 
             return None
     if kind in ("int", "posint"):
         lo = 1 if kind == "posint" else -MAX_INT
+        value = integral(value)
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-            if abs(value) > MAX_INT:
-                errs.add(path, f"{short(value, 60)} is out of range", "use a whole number of at most 2^53 = 9,007,199,254,740,992")
-                return None
-            value = int(value)              # `8e0`, `1e3`: a whole number written with an exponent
+            errs.add(path, f"{short(value, 60)} is out of range", "use a whole number of at most 2^53 = 9,007,199,254,740,992")
+            return None
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
             what = "a whole number >= 1" if kind == "posint" else "a whole number"
             errs.add(path, f"expected {what}, got {short(value, 60)}", f"write e.g. `{example or 8}`")
