@@ -314,3 +314,4 @@ def test_engine_whole_numbers_may_be_written_with_an_exponent():
     """`max_num_seqs: 2.56e2` is the whole number 256 (YAML reads it as a float)."""
     job, probs = _build(_set("rollout.max_num_seqs", 2.56e2))
     assert not probs and job.engine.max_num_seqs == 256 and isinstance(job.engine.max_num_seqs, int)
+    assert job.raw["rollout"]["max_num_seqs"] == 256 and isinstance(job.raw["rollout"]["max_num_seqs"], int)

@@ -345,7 +345,10 @@ def build_rl_job(raw: dict, path: Path, errs: Collector) -> RLJob | None:
     ro = _map(raw, "rollout", ("engine", "free_cache_engine", *ENGINE_FIELDS), errs)
     engine_name = _choice(ro, "engine", "rollout", errs, "vllm", ("vllm", "sglang"))
     free_cache = _bool(ro, "free_cache_engine", "rollout", errs, True)   # verl's rollout.free_cache_engine default true
-    eng_kw = {k: integral(v) if k in INT_FIELDS else v for k, v in ro.items() if k in ENGINE_FIELDS}
+    for k in INT_FIELDS:
+        if k in ro:
+            ro[k] = integral(ro[k])     # the resolved tree keeps the whole number (`2.5e2` -> 250)
+    eng_kw = {k: v for k, v in ro.items() if k in ENGINE_FIELDS}
     engine = None
     try:
         engine = EngineConfig(**eng_kw)
