@@ -73,7 +73,8 @@ def node_topology(tmp_path, devices: int, bandwidth: str = "100 GB/s", latency: 
 
 
 def small_scenario(tmp_path, topo: Path, **over) -> Path:
-    """A small GPT (h 256, 8 layers, 8 heads, vocab 1024, seq 128) on 1 node of 4 devices."""
+    """A small GPT (h 256, 8 layers, 8 heads, vocab 1024, seq 128) on 1 node of 4 devices, all of
+    the same speed (`cluster.variability: none`, so closed forms over identical devices hold)."""
     par = {"tp": 1, "pp": 4, "dp": 1, "schedule": "1f1b"}
     par.update(over.pop("parallel", {}))
     tr = {"micro_batch_size": 1, "global_batch_size": 8, "precision": "bf16", "recompute": "none"}
@@ -85,7 +86,7 @@ def small_scenario(tmp_path, topo: Path, **over) -> Path:
         "model": {"architecture": "gpt", "num_layers": 8, "hidden_size": 256, "num_attention_heads": 8,
                   "vocab_size": 1024, "seq_length": 128},
         "training": tr, "parallel": par,
-        "cluster": {"device": "a100-sxm4-80gb", "topology": str(topo), "nodes": nodes},
+        "cluster": {"device": "a100-sxm4-80gb", "topology": str(topo), "nodes": nodes, "variability": "none"},
     }
     doc.update(over)
     p = tmp_path / "small.yaml"

@@ -20,7 +20,7 @@ def cp_scenario(tmp_path, topo, cp=4, kind="ring", name="cp.yaml", gbs=1, **par)
                      "num_key_value_heads": heads, "ffn_hidden_size": 512, "vocab_size": 1024, "seq_length": s},
            "training": {"micro_batch_size": 1, "global_batch_size": gbs, "precision": "bf16"},
            "parallel": {"tp": 1, "pp": 1, "dp": 1, "cp": cp, "cp_kind": kind, **par},
-           "cluster": {"device": "h100-sxm5-80gb", "topology": str(topo), "nodes": 1}}
+           "cluster": {"device": "h100-sxm5-80gb", "topology": str(topo), "nodes": 1, "variability": "none"}}
     p = tmp_path / name
     p.write_text(yaml.safe_dump(doc))
     return p

@@ -28,7 +28,7 @@ def moe_scenario(tmp_path, topo, moe=None, parallel=None, training=None, model=N
     doc = {"name": "moe", "model": m,
            "training": {"micro_batch_size": 1, "global_batch_size": 4, "precision": "bf16", **(training or {})},
            "parallel": {"tp": 1, "pp": 1, "dp": 4, "ep": 4, **(parallel or {})},
-           "cluster": {"device": "h100-sxm5-80gb", "topology": str(topo), "nodes": nodes}}
+           "cluster": {"device": "h100-sxm5-80gb", "topology": str(topo), "nodes": nodes, "variability": "none"}}
     p = tmp_path / name
     p.write_text(yaml.safe_dump(doc))
     return p

@@ -22,7 +22,7 @@ def vlm(tmp_path, topo, stages=0, pp=2, dp=2, name="vlm.yaml"):
                                  "tokens_per_sample": Te, "projector": "mlp", "pipeline_stages": stages}},
            "training": {"micro_batch_size": 1, "global_batch_size": 8, "precision": "bf16"},
            "parallel": {"tp": 1, "pp": pp, "dp": dp},
-           "cluster": {"device": "h100-sxm5-80gb", "topology": str(topo), "nodes": 1}}
+           "cluster": {"device": "h100-sxm5-80gb", "topology": str(topo), "nodes": 1, "variability": "none"}}
     p = tmp_path / name
     p.write_text(yaml.safe_dump(doc))
     return load_scenario(p)

@@ -32,7 +32,7 @@ def scenario(tmp_path, h=H, s=S, **par):
                      "vocab_size": 1024, "seq_length": s},
            "training": {"micro_batch_size": 1, "global_batch_size": 1, "precision": "bf16"},
            "parallel": parallel,
-           "cluster": {"device": "a100-sxm4-80gb", "topology": str(node_topology(tmp_path, TP)), "nodes": 1},
+           "cluster": {"device": "a100-sxm4-80gb", "topology": str(node_topology(tmp_path, TP)), "nodes": 1, "variability": "none"},
            "network": {"nccl_algo": "Ring", "nccl_proto": "Simple"}}
     p = tmp_path / f"ub-{len(list(tmp_path.glob('ub-*.yaml')))}.yaml"
     p.write_text(yaml.safe_dump(doc))

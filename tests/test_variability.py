@@ -10,7 +10,6 @@ from conftest import FlopCost, small_scenario
 from simtrain.errors import ConfigError
 from simtrain.plan.heterogeneity import (
     VARIABILITY_SIGMA,
-    VARIABILITY_THRESHOLD,
     expected_max_blom,
     expected_max_exact,
     variability_of,
@@ -57,13 +56,17 @@ def test_exact_maximum_matches_sampling():
     assert expected_max_exact(64) == pytest.approx(m, abs=0.005)
 
 
-def test_default_is_on_only_above_the_threshold():
-    """auto: off up to VARIABILITY_THRESHOLD devices, the measured sigma above; none: off."""
-    assert variability_of("auto", VARIABILITY_THRESHOLD) is None
-    v = variability_of("auto", VARIABILITY_THRESHOLD + 1)
-    assert v.sigma == VARIABILITY_SIGMA and v.group == VARIABILITY_THRESHOLD + 1
+def test_default_applies_the_measured_spread_at_every_size():
+    """auto (the default) and measured: the measured sigma over the whole job, from 2 devices up,
+    so the factor grows with the job without a jump; none: off; one device has no maximum to wait for."""
+    for world in (2, 8, 16_384, 16_385, 131_072):
+        v = variability_of("auto", world)
+        assert v.sigma == VARIABILITY_SIGMA and v.group == world
+        assert variability_of("measured", world) == v
+    assert variability_of("auto", 1).factor == 1.0
+    # continuity across the size the default once switched at: Blom's E[max] moves by under 1e-4 sigma
+    assert variability_of("auto", 16_385).factor - variability_of("auto", 16_384).factor == pytest.approx(0, abs=1e-5)
     assert variability_of("none", 10**6) is None
-    assert variability_of("measured", 8).sigma == VARIABILITY_SIGMA
     # sigma 0.08 / 5.396 (module docstring): 1.48 %
     assert VARIABILITY_SIGMA == pytest.approx(0.01483, abs=1e-5)
 

@@ -441,7 +441,7 @@ class ClusterSpec:
     jitter: Optional[object] = spec_field("any", "per-step noise on compute times", default=None, dump="none", section=JITTER)
     variability: object = spec_field(
         "any", "per-device speed spread, modelled by order statistics (simtrain.plan.heterogeneity.Variability): "
-        "`auto` (the measured spread on runs above 16,384 devices), `measured` (at any size), `none`, or a sigma "
+        "`auto` (the default: the measured spread, at every size), `measured` (the same), `none`, or a sigma "
         "(0.015: 1.5 %)", default="auto", dump_if=lambda c: c.variability != "auto",
         json={"anyOf": [{"enum": ["auto", "measured", "none"]}, {"type": "number", "minimum": 0, "maximum": 1}],
               "description": "auto, measured, none, or a relative standard deviation in [0, 1]"})
