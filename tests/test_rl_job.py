@@ -52,6 +52,19 @@ def test_defaults_and_derived_plans():
     assert job.response_length.hi == 1024      # max defaults to max_response_length
 
 
+def test_kernel_inventory_follows_the_engine():
+    """vLLM's inventory is the newest release read (0.10.1); SGLang's was not read, so it is one
+    kernel per operator unless the job names one."""
+    job, probs = _build(copy.deepcopy(BASE))
+    assert probs == [] and job.engine.kernels == "vllm-0.10.1"
+    job, probs = _build(_set("rollout.engine", "sglang"))
+    assert probs == [] and job.engine.kernels == "minimal"
+    raw = _set("rollout.engine", "sglang")
+    raw["rollout"]["kernels"] = "vllm-0.9.2"
+    job, probs = _build(raw)
+    assert probs == [] and job.engine.kernels == "vllm-0.9.2"
+
+
 def test_rollout_devices_null_means_not_given():
     """`rollout_devices: null` is the key left out: a colocated job loads with it (so a compare
     can pair colocated+null with split+16), and a split job still reports it missing."""
@@ -113,6 +126,7 @@ BAD = [
     ("rollout.cuda_graphs", "false", "rollout.cuda_graphs: 'false' is not true or false"),
     ("rollout.overlap_cpu", [1], "rollout.overlap_cpu: [1] is not true or false"),
     ("rollout.max_num_seqs", 2.5e2 + 0.5, "rollout.max_num_seqs: 250.5 is not a whole number"),
+    ("rollout.kernels", "vllm-0.7", "rollout.kernels: unknown 'vllm-0.7'"),
 ]
 
 

@@ -349,6 +349,8 @@ def build_rl_job(raw: dict, path: Path, errs: Collector) -> RLJob | None:
         if k in ro:
             ro[k] = integral(ro[k])     # the resolved tree keeps the whole number (`2.5e2` -> 250)
     eng_kw = {k: v for k, v in ro.items() if k in ENGINE_FIELDS}
+    if engine_name == "sglang" and "kernels" not in eng_kw:
+        eng_kw["kernels"] = "minimal"      # SGLang's kernel inventory has not been read: one kernel per operator
     engine = None
     try:
         engine = EngineConfig(**eng_kw)

@@ -50,7 +50,7 @@ from simtrain.hardware.devices import Device
 from simtrain.hardware.topology import Topology
 from simtrain.rollout.cost import IterationCost
 from simtrain.spec.scenario import ModelSpec
-from simtrain.workload.generation import DTYPE_BYTES, Batch, GenerationDims
+from simtrain.workload.generation import DTYPE_BYTES, KERNEL_INVENTORIES, Batch, GenerationDims
 
 GiB = 2 ** 30
 
@@ -72,7 +72,11 @@ class EngineConfig:
     docs/modelling/framework-host.md); it covers the Python and aten dispatch between kernels as
     well as the launch call (4 us median). `cpu_overhead_s` and `reserved_bytes` are assumptions
     (1 ms of scheduling and input preparation per iteration, 1 GiB of CUDA context, NCCL and graph
-    memory), not measurements: set them from a profile of the engine when you have one."""
+    memory), not measurements: set them from a profile of the engine when you have one.
+    `kernels` names the engine's kernel inventory (`workload.generation.KERNEL_INVENTORIES`): how
+    many kernels the small steps of a layer take where the engine does not fuse them (Qwen3's
+    q/k norms, the KV-cache write, MoE routing and expert sorting), read from vLLM's released
+    source; `minimal` is one kernel per operator."""
     tp: int = 1
     ep: int = 1
     dp: int = 1
@@ -89,6 +93,7 @@ class EngineConfig:
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     reserved_bytes: float = 1.0 * GiB
+    kernels: str = "vllm-0.10.1"
 
     def __post_init__(self):
         probs = []
@@ -110,6 +115,9 @@ class EngineConfig:
         for k in ("weight_dtype", "kv_dtype"):
             if getattr(self, k) not in DTYPE_BYTES:
                 probs.append(f"engine: {k}: unknown {getattr(self, k)!r}; use one of {', '.join(DTYPE_BYTES)}")
+        if not isinstance(self.kernels, str) or self.kernels not in KERNEL_INVENTORIES:
+            probs.append(f"engine: kernels: unknown {self.kernels!r}; use one of {', '.join(KERNEL_INVENTORIES)} "
+                         "(the read release nearest yours)")
         if not probs and self.ep not in (1, self.tp):
             probs.append(f"engine: ep: {self.ep} must be 1 or equal tp ({self.tp}); expert parallelism spans the engine's tp group")
         if probs:
@@ -495,7 +503,7 @@ def simulate_generation(model: ModelSpec, device: Device, topology: Topology | N
     iterations of unchanging shape together (off: one iteration at a time, for checking);
     `stretch`: with `bulk`, run decode-only stretches finish to finish from sorted arrays (off:
     one scheduler pass per bulk advance, for checking; the records are the same)."""
-    dims = GenerationDims(model, engine.tp, engine.ep, engine.weight_dtype, engine.kv_dtype)
+    dims = GenerationDims(model, engine.tp, engine.ep, engine.weight_dtype, engine.kv_dtype, kernels=engine.kernels)
     total = kv_cache_blocks(dims, device, engine)
     reqs = list(requests)
     probs = []

@@ -41,6 +41,42 @@ DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "
 
 
 @dataclass(frozen=True)
+class KernelInventory:
+    """How many kernels an engine launches for the small steps of a layer, where it does not fuse
+    them into one. `qk_norm`: kernels per q_norm (and per k_norm) of a Qwen3 layer; `cache_write`:
+    the new tokens' K and V written into the paged cache by a kernel of its own (vLLM's
+    `reshape_and_cache_flash`, `concat_and_cache_mla` for MLA); `routing`: kernels beside the
+    router GEMM and the top-k kernel (the logits cast to fp32, then a sum and a divide that
+    renormalize the top-k weights); `align`: kernels that sort the token-expert pairs by expert
+    for the fused-MoE GEMMs (`moe_align_block_size`, with the fills before it). They matter when
+    the engine runs eagerly, where the host issues every kernel (`EngineConfig.launch_overhead_s`)."""
+    qk_norm: int = 1
+    cache_write: bool = False
+    routing: int = 0
+    align: int = 0
+
+
+KERNEL_INVENTORIES = {
+    # one kernel per operator of this module (the count before any engine's inventory was read)
+    "minimal": KernelInventory(),
+    # vLLM, counted from the source of the released packages (Qwen3-MoE in eager mode, the Triton
+    # fused-MoE path, tp > 1; vllm/model_executor/models/qwen3_moe.py, layers/fused_moe/fused_moe.py,
+    # csrc/moe/moe_align_sum_kernels.cu, _custom_ops.py):
+    #   0.8.5: q_norm and k_norm are the PyTorch RMSNorm, 8 kernels each (cast to fp32, pow, mean,
+    #          add eps, rsqrt, multiply, cast back, multiply by the weight); align = sorted_ids
+    #          fill, expert_ids zeros and one align kernel;
+    #   0.9.2: ops.rms_norm over a strided view, so a contiguous copy and the norm kernel; align =
+    #          the two fills, a cumsum zero, the align kernel and a sort kernel;
+    #   0.10.1: the same norms; align = the align and sort kernels (the padding fill moved inside).
+    # Every one casts the router logits to fp32 and renormalizes the top-k weights by a separate
+    # sum and divide, and writes the KV cache with a kernel of its own.
+    "vllm-0.8.5": KernelInventory(qk_norm=8, cache_write=True, routing=3, align=3),
+    "vllm-0.9.2": KernelInventory(qk_norm=2, cache_write=True, routing=3, align=5),
+    "vllm-0.10.1": KernelInventory(qk_norm=2, cache_write=True, routing=3, align=2),
+}
+
+
+@dataclass(frozen=True)
 class Batch:
     """What one iteration computes: `decode` sequences taking one token each with `decode_ctx`
     cached-plus-new tokens in all (sum over sequences of the tokens whose KV is read), prefill
@@ -64,12 +100,13 @@ class GenerationDims:
     """One tensor-parallel rank's view of a model served by an inference engine."""
 
     def __init__(self, model: ModelSpec, tp: int = 1, ep: int = 1, weight_dtype: str = "bf16",
-                 kv_dtype: str = "bf16", compute_dtype: str | None = None):
+                 kv_dtype: str = "bf16", compute_dtype: str | None = None, kernels: str = "minimal"):
         if ep not in (1, tp):
             raise ValueError(f"ep {ep}: the engine's expert parallelism spans its tp group (ep 1 or ep = tp = {tp})")
         if ep > 1 and model.moe is None:
             raise ValueError("ep > 1 needs a mixture-of-experts model")
         self.model, self.tp, self.ep = model, tp, ep
+        self.inv = KERNEL_INVENTORIES[kernels]
         self.wb = DTYPE_BYTES[weight_dtype]
         self.kvb = DTYPE_BYTES[kv_dtype]
         self.compute_dtype = compute_dtype or ("fp8" if weight_dtype == "fp8" else "bf16")
@@ -197,9 +234,12 @@ class GenerationDims:
                      self.gemm("kv_up", T, self.heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank)]
         rope = () if self.gpt else (self.mem("rotary", 2 * act * T * (self.heads + self.kv_heads) * self.d),)
         if self.qk_norm:
-            # Qwen3's q_norm and k_norm: one RMSNorm kernel each over the rank's Q and K heads
-            rope = (self.mem("q_norm", 2 * act * T * self.heads * self.d),
-                    self.mem("k_norm", 2 * act * T * self.kv_heads * self.d)) + rope
+            # Qwen3's q_norm and k_norm: one RMSNorm kernel each over the rank's Q and K heads, or
+            # the engine's chain of kernels (each read as moving the tensor once in and once out)
+            rope = (*self._chain("q_norm", T * self.heads * self.d), *self._chain("k_norm", T * self.kv_heads * self.d)) + rope
+        if self.inv.cache_write:
+            # the new tokens' K and V (or MLA latent) read and written into their cache blocks
+            rope += (self.mem("kv_cache_write", 2 * T * self.kv_bytes_per_token_layer()),)
         out = self.gemm("o_proj", T, h, self.heads * self.v_dim)
         seg = (norm, *proj, *rope, *self.attention_ops(b), out)
         items: list = [seg]
@@ -209,6 +249,15 @@ class GenerationDims:
         if self.gpt:
             items.append((self.mem("residual_add1", 3 * act * T * h),))
         return items
+
+    def _chain(self, name: str, elems: float) -> tuple:
+        """A per-head RMSNorm over `elems` 16-bit elements: one fused kernel, or the inventory's
+        `qk_norm` kernels, each moving the tensor in and out once (an approximation: the PyTorch
+        chain's fp32 intermediates are wider, its scalar steps narrower)."""
+        n = self.inv.qk_norm
+        if n == 1:
+            return (self.mem(name, 2 * ACT_BYTES * elems),)
+        return tuple(self.mem(f"{name}.{j}", 2 * ACT_BYTES * elems) for j in range(n))
 
     def _norm(self, T: float, i: int) -> Op:
         """The norm opening half `i` of a layer. GPT: a LayerNorm (read and write T·h), its
@@ -231,7 +280,14 @@ class GenerationDims:
             moe = self.moe
             E, k, fe = moe.num_experts, moe.top_k, moe.expert_ffn_hidden_size
             ops.append(self.gemm("router", T, E, h))
+            inv = self.inv
+            if inv.routing:       # fp32 cast of the logits: read 16-bit, write fp32
+                ops.append(self.mem("router_cast", (ACT_BYTES + 4) * T * E))
             ops.append(self.mem("router_topk", 3 * 4 * T * E))
+            # the top-k weights renormalized: a sum and a divide over T x k fp32
+            ops += [self.mem(f"router_renorm.{j}", 4 * T * (k + 1)) for j in range(inv.routing - 1)]
+            # sorting token-expert pairs by expert: int32 ids in and out, padded per expert
+            ops += [self.mem(f"moe_align.{j}", 4 * (2 * T * k + E)) for j in range(inv.align)]
             touched = touched_experts(E, k, T)                 # experts receiving at least one token
             local = touched / self.ep
             width = fe / (self.tp // self.ep)                  # expert-tp when ep = 1; whole experts when ep = tp
