@@ -35,6 +35,32 @@ def test_all_problems_reported_together(tmp_path, fast_topology, capsys):
     assert "parallel: tp x pp x dp x cp = 3 x 3 x 1 x 1 = 9, but the cluster has 1 node x 4 = 4 devices" in text
 
 
+def test_a_misspelled_required_key_is_one_error(tmp_path, fast_topology, capsys):
+    """`num_layer` for the required `num_layers`: one line, the unknown key with its fix, not a
+    second line saying the required key is missing. A misspelling of an optional key or of a key
+    that is also present keeps the plain hint."""
+    p = small_scenario(tmp_path, fast_topology)
+    d = yaml.safe_load(p.read_text())
+    d["model"]["num_layer"] = d["model"].pop("num_layers")
+    d["training"]["precisoin"] = "bf16"
+    p.write_text(yaml.safe_dump(d))
+    assert main(["check", str(p)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"{p}: model.num_layer: unknown key; did you mean `num_layers` (a required key)?",
+                     f"{p}: training.precisoin: unknown key; did you mean `precision`?"]
+    t = write(tmp_path / "t.yaml", """
+        name: t
+        kind: two_tier
+        devices_per_nod: 8
+        scale_up: {bandwidth: "300 GB/s", latency: "3 us"}
+        scale_out: {nics_per_node: 8, nic_bandwidth: "200 Gb/s", latency: "5 us"}
+    """)
+    from simtrain.hardware.topology import load_topology
+    with pytest.raises(ConfigError) as e:
+        load_topology(t, 1)
+    assert [str(q) for q in e.value.problems] == [f"{t}: devices_per_nod: unknown key; did you mean `devices_per_node` (a required key)?"]
+
+
 def test_bare_number_for_a_unit_names_file_key_and_spelled_form(tmp_path):
     t = write(tmp_path / "t.yaml", """
         name: t

@@ -263,17 +263,21 @@ def validate_map(raw: Any, schema: Section | dict, path: str, errs: Collector) -
     if not isinstance(raw, dict):
         errs.add(path or "<top>", f"expected a mapping, got {type(raw).__name__}", "write it as `key: value` lines")
         return out
+    suggested = set()     # required keys an unknown key was taken for: its error already says so
     for key in raw:
         if key not in schema and not (notes and notes(key)):
             close = difflib.get_close_matches(str(key), list(schema), n=1)
             hint = f"did you mean `{close[0]}`?" if close else f"allowed keys: {', '.join(schema)}"
+            if close and schema[close[0]][1] and close[0] not in raw:
+                hint = f"did you mean `{close[0]}` (a required key)?"
+                suggested.add(close[0])
             errs.add(_join(path, key), "unknown key", hint)
     for key, (kind, required, default) in schema.items():
         p = _join(path, key)
         if key not in raw:
             if required:
                 # a check before this one may have said why the key is missing, and how to give it
-                if not any(q.path == p for q in errs.problems):
+                if key not in suggested and not any(q.path == p for q in errs.problems):
                     errs.add(p, "missing required key", f"add `{key}:`" + (f" (a {kind}, e.g. {EXAMPLES[kind]})" if kind in EXAMPLES else ""))
                 continue
             if kind == "map":
@@ -326,17 +330,22 @@ def validate_tree(raw: Any, section: Section, path: str, errs: Collector) -> Non
     if not isinstance(raw, dict):
         errs.add(path or "<top>", f"expected a mapping, got {type(raw).__name__}", "write it as `key: value` lines")
         return
+    suggested = set()     # required keys an unknown key was taken for: its error already says so
     if not section.open:
         known = list(section)
         for key in raw:
             if key not in section and not (section.notes and section.notes(key)):
                 close = difflib.get_close_matches(str(key), known, n=1)
-                errs.add(_join(path, key), "unknown key", f"did you mean `{close[0]}`?" if close else f"allowed keys: {', '.join(known)}")
+                hint = f"did you mean `{close[0]}`?" if close else f"allowed keys: {', '.join(known)}"
+                if close and section[close[0]].required and close[0] not in raw:
+                    hint = f"did you mean `{close[0]}` (a required key)?"
+                    suggested.add(close[0])
+                errs.add(_join(path, key), "unknown key", hint)
     for name, key in section.items():
         p = _join(path, name)
         value = raw.get(name)
         if name not in raw or value is None:
-            if key.required:
+            if key.required and name not in suggested:
                 errs.add(p, "missing required key", f"add `{name}:`")
             continue
         sub = key.entries()
