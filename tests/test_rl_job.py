@@ -166,6 +166,17 @@ def test_cli_check_and_bad_file_exit_2(tmp_path):
     assert bad.stderr.strip().count("\n") == 0 and "placement.kind: unknown 'async'" in bad.stderr
 
 
+def test_check_says_the_reference_is_not_run_without_a_kl_term():
+    """No KL loss and no KL in the reward: verl builds no reference policy, so `check` lists none."""
+    args = [sys.executable, "-m", "simtrain", "check", str(EXAMPLE)]
+    off = subprocess.run(args + ["--set", "algorithm.use_kl_loss=false", "--set", "algorithm.kl_in_reward=false"],
+                         capture_output=True, text=True)
+    assert off.returncode == 0
+    assert "  reference: not run (no KL term" in off.stdout and "reference: fsdp" not in off.stdout
+    on = subprocess.run(args + ["--set", "algorithm.use_kl_loss=true"], capture_output=True, text=True)
+    assert on.returncode == 0 and "  reference: fsdp" in on.stdout
+
+
 def test_reward_model_and_critic_roles():
     """A model reward gets its own forward-only role on the training pool; ppo gets a critic whose
     model defaults to the policy's."""

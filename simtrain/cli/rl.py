@@ -175,6 +175,10 @@ def cmd_check_rl(args: argparse.Namespace) -> int:
         print(f"  pools share every node: {per - a_topo.devices_per_node} rollout + {a_topo.devices_per_node} training "
               f"devices on each of {a_topo.nodes} nodes")
     for name, role in j.roles.items():
+        if name == "reference" and not j.needs_ref:
+            # verl builds no reference policy without a KL term, and the iteration runs no `ref` phase
+            print("  reference: not run (no KL term: algorithm.use_kl_loss and kl_in_reward are false)")
+            continue
         p = role.scenario.parallel
         print(f"  {name}: {role.strategy} tp {p.tp} pp {p.pp} cp {p.cp} dp {p.dp} (zero {p.zero_stage}) on {role.scenario.world_size} devices")
     return 0
