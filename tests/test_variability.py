@@ -143,3 +143,18 @@ def test_resolved_dump_reloads(tmp_path, fast_topology, setting, back):
     f = tmp_path / "again.yaml"
     f.write_text(yaml.safe_dump(d, sort_keys=False))
     assert load_scenario(f)[0].resolved() == d
+
+
+def test_the_closed_form_estimate_takes_the_same_factor(tmp_path, fast_topology):
+    """The plan search's closed form slows compute by the simulation's slowest-of-world factor:
+    with GEMMs and attention at a fixed rate and memory-bound operators free (FlopCost), dp 4 on
+    4 devices, its pipeline term is exactly 1 + sigma E[max_4] times the term without the spread;
+    the optimizer (memory-bound) does not move, and the slower last backward hides as much of the
+    gradient reduction (a collective, not slowed) or more."""
+    from simtrain.studies.estimate import estimate
+    sc_off, topo = scen(tmp_path, fast_topology, {"variability": "none"}, {"tp": 1, "pp": 1, "dp": 4}, 1, 8)[:2]
+    sc_on = scen(tmp_path, fast_topology, {"variability": "auto"}, {"tp": 1, "pp": 1, "dp": 4}, 1, 8, name="on.yaml")[0]
+    off, on = estimate(sc_off, topo, FlopCost()), estimate(sc_on, topo, FlopCost())
+    assert on["pipeline_s"] / off["pipeline_s"] == pytest.approx(variability_of("auto", 4).factor, rel=1e-12)
+    assert on["optimizer_s"] == off["optimizer_s"]
+    assert 0 < on["dp_exposed_s"] <= off["dp_exposed_s"]

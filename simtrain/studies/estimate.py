@@ -11,8 +11,9 @@ p pipeline ranks, v chunks per rank (Narayanan et al. SC'21: the interleaved bub
 a stage time), the optimizer step, and the gradient reduction that the last microbatch's backward
 cannot hide: at least its last bucket, and all of it beyond that backward's length (gradients
 accumulate over microbatches, so only the last backward overlaps; none of it without
-overlap_grad_reduce). No contention, no stragglers, no schedule-specific overlap: that is what
-the simulation is for.
+overlap_grad_reduce). The per-device speed spread (`cluster.variability`) slows compute by the
+same slowest-of-world factor as in the simulation. No contention, no stragglers, no
+schedule-specific overlap: that is what the simulation is for.
 Worked example (interleaved, m 8, p 4, v 2, 1 s of F + B per rank and microbatch): (16 + 3) x
 0.5 s = 9.5 s of pipeline.
 """
@@ -21,10 +22,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from simtrain.cost.roofline import CalibratedRoofline, ComputeCostModel, sequence_time
+from simtrain.cost.scaled import ScaledCosts
 from simtrain.hardware.devices import device_of
 from simtrain.hardware.topology import Topology
 from simtrain.network.collectives import Cost, choose, p2p_time
 from simtrain.plan.grid import RankGrid, group_shape, placement_of
+from simtrain.plan.heterogeneity import variability_of
 from simtrain.program.optimizer import OPT_BYTES_PER_PARAM
 from simtrain.schedules import Schedule, schedule_for
 from simtrain.spec.scenario import Scenario
@@ -41,6 +44,9 @@ def estimate(sc: Scenario, topo: Topology, costs: ComputeCostModel | None = None
     p = sc.parallel
     dev = device_of(sc.cluster)
     costs = costs or CalibratedRoofline(dev, sc.training.precision)
+    var = variability_of(sc.cluster.variability, sc.world_size)
+    if var is not None:
+        costs = ScaledCosts(costs, var.factor, 1.0)
     m = sc.num_microbatches
     sched = schedule if schedule is not None else schedule_for(p, m)
     work = build_workload(sc, sched.num_stages)
