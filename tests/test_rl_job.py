@@ -166,6 +166,16 @@ def test_cli_check_and_bad_file_exit_2(tmp_path):
     assert bad.stderr.strip().count("\n") == 0 and "placement.kind: unknown 'async'" in bad.stderr
 
 
+def test_an_error_from_a_set_names_that_set():
+    """As for scenario files: a wrong value a --set wrote is named after the file and the argument."""
+    with pytest.raises(ConfigError) as e:
+        load_rl_job(EXAMPLE, ["rollout.kernels=vllm-0.7", "data.n=0"])
+    got = sorted(str(p) for p in e.value.problems)
+    assert got == [f"{EXAMPLE} (--set data.n=0): data.n: 0 is not a whole number in 1..4096; give a whole number in 1..4096",
+                   f"{EXAMPLE} (--set rollout.kernels=vllm-0.7): rollout.kernels: unknown 'vllm-0.7'; use one of minimal, "
+                   "vllm-0.8.5, vllm-0.9.2, vllm-0.10.1 (the read release nearest yours)"]
+
+
 def test_check_says_the_reference_is_not_run_without_a_kl_term():
     """No KL loss and no KL in the reward: verl builds no reference policy, so `check` lists none."""
     args = [sys.executable, "-m", "simtrain", "check", str(EXAMPLE)]

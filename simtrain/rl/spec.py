@@ -34,7 +34,7 @@ from simtrain.rl.lengths import LengthSpec, parse_length_spec
 from simtrain.rollout.engine import INT_FIELDS, EngineConfig
 from simtrain.spec.fields import integral
 from simtrain.spec.files import load_yaml
-from simtrain.spec.loading import apply_overrides, build_scenario
+from simtrain.spec.loading import apply_overrides, attribute_overrides, build_scenario
 from simtrain.spec.scenario import Scenario
 from simtrain.units import UnitError, parse_bandwidth
 
@@ -596,7 +596,10 @@ def load_rl_tree(path: str | Path, overrides: Iterable[str] = ()) -> tuple[dict,
     errs.raise_if_any()
     raw = apply_overrides(raw, overrides, errs)
     errs.raise_if_any()
-    job = build_rl_job(raw, path, errs)
-    errs.raise_if_any()
+    try:
+        job = build_rl_job(raw, path, errs)
+        errs.raise_if_any()
+    except ConfigError as e:     # a wrong value a --set wrote is named after that --set
+        raise attribute_overrides(e, str(path), overrides) from None
     assert job is not None
     return raw, job
