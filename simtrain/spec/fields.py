@@ -247,6 +247,22 @@ def section_of(cls: type) -> Section:
 
 # --- validation ------------------------------------------------------------------------------------
 
+def _unknown_key(key: Any, raw: dict, known: list, required: Callable[[str], bool], path: str, errs: Collector,
+                 suggested: set) -> None:
+    """The error for an unknown `key` of `raw` with its nearest known key. When that is a required
+    key the mapping lacks, the hint says so and it joins `suggested`: the caller then reports no
+    separate "missing required key" for the same typo."""
+    close = difflib.get_close_matches(str(key), known, n=1)
+    if not close:
+        hint = f"allowed keys: {', '.join(known)}"
+    elif required(close[0]) and close[0] not in raw:
+        hint = f"did you mean `{close[0]}` (a required key)?"
+        suggested.add(close[0])
+    else:
+        hint = f"did you mean `{close[0]}`?"
+    errs.add(_join(path, key), "unknown key", hint)
+
+
 def validate_map(raw: Any, schema: Section | dict, path: str, errs: Collector) -> dict:
     """Checks a YAML mapping against a Section (or a `(kind, required, default)` table); returns the
     parsed values of the keys the loader checks.
@@ -266,12 +282,7 @@ def validate_map(raw: Any, schema: Section | dict, path: str, errs: Collector) -
     suggested = set()     # required keys an unknown key was taken for: its error already says so
     for key in raw:
         if key not in schema and not (notes and notes(key)):
-            close = difflib.get_close_matches(str(key), list(schema), n=1)
-            hint = f"did you mean `{close[0]}`?" if close else f"allowed keys: {', '.join(schema)}"
-            if close and schema[close[0]][1] and close[0] not in raw:
-                hint = f"did you mean `{close[0]}` (a required key)?"
-                suggested.add(close[0])
-            errs.add(_join(path, key), "unknown key", hint)
+            _unknown_key(key, raw, list(schema), lambda k: schema[k][1], path, errs, suggested)
     for key, (kind, required, default) in schema.items():
         p = _join(path, key)
         if key not in raw:
@@ -335,12 +346,7 @@ def validate_tree(raw: Any, section: Section, path: str, errs: Collector) -> Non
         known = list(section)
         for key in raw:
             if key not in section and not (section.notes and section.notes(key)):
-                close = difflib.get_close_matches(str(key), known, n=1)
-                hint = f"did you mean `{close[0]}`?" if close else f"allowed keys: {', '.join(known)}"
-                if close and section[close[0]].required and close[0] not in raw:
-                    hint = f"did you mean `{close[0]}` (a required key)?"
-                    suggested.add(close[0])
-                errs.add(_join(path, key), "unknown key", hint)
+                _unknown_key(key, raw, known, lambda k: section[k].required, path, errs, suggested)
     for name, key in section.items():
         p = _join(path, name)
         value = raw.get(name)

@@ -45,14 +45,15 @@ class KernelInventory:
     """How many kernels an engine launches for the small steps of a layer, where it does not fuse
     them into one. `qk_norm`: kernels per q_norm (and per k_norm) of a Qwen3 layer; `cache_write`:
     the new tokens' K and V written into the paged cache by a kernel of its own (vLLM's
-    `reshape_and_cache_flash`, `concat_and_cache_mla` for MLA); `routing`: kernels beside the
-    router GEMM and the top-k kernel (the logits cast to fp32, then a sum and a divide that
-    renormalize the top-k weights); `align`: kernels that sort the token-expert pairs by expert
+    `reshape_and_cache_flash`, `concat_and_cache_mla` for MLA); `router_cast`: the router logits
+    cast to fp32 by a kernel before the top-k kernel; `renorm`: kernels after it that renormalize
+    the top-k weights (a sum and a divide); `align`: kernels that sort the token-expert pairs by expert
     for the fused-MoE GEMMs (`moe_align_block_size`, with the fills before it). They matter when
     the engine runs eagerly, where the host issues every kernel (`EngineConfig.launch_overhead_s`)."""
     qk_norm: int = 1
     cache_write: bool = False
-    routing: int = 0
+    router_cast: bool = False
+    renorm: int = 0
     align: int = 0
 
 
@@ -70,9 +71,9 @@ KERNEL_INVENTORIES = {
     #   0.10.1: the same norms; align = the align and sort kernels (the padding fill moved inside).
     # Every one casts the router logits to fp32 and renormalizes the top-k weights by a separate
     # sum and divide, and writes the KV cache with a kernel of its own.
-    "vllm-0.8.5": KernelInventory(qk_norm=8, cache_write=True, routing=3, align=3),
-    "vllm-0.9.2": KernelInventory(qk_norm=2, cache_write=True, routing=3, align=5),
-    "vllm-0.10.1": KernelInventory(qk_norm=2, cache_write=True, routing=3, align=2),
+    "vllm-0.8.5": KernelInventory(qk_norm=8, cache_write=True, router_cast=True, renorm=2, align=3),
+    "vllm-0.9.2": KernelInventory(qk_norm=2, cache_write=True, router_cast=True, renorm=2, align=5),
+    "vllm-0.10.1": KernelInventory(qk_norm=2, cache_write=True, router_cast=True, renorm=2, align=2),
 }
 
 
@@ -281,11 +282,11 @@ class GenerationDims:
             E, k, fe = moe.num_experts, moe.top_k, moe.expert_ffn_hidden_size
             ops.append(self.gemm("router", T, E, h))
             inv = self.inv
-            if inv.routing:       # fp32 cast of the logits: read 16-bit, write fp32
+            if inv.router_cast:       # fp32 cast of the logits: read 16-bit, write fp32
                 ops.append(self.mem("router_cast", (ACT_BYTES + 4) * T * E))
             ops.append(self.mem("router_topk", 3 * 4 * T * E))
             # the top-k weights renormalized: a sum and a divide over T x k fp32
-            ops += [self.mem(f"router_renorm.{j}", 4 * T * (k + 1)) for j in range(inv.routing - 1)]
+            ops += [self.mem(f"router_renorm.{j}", 4 * T * (k + 1)) for j in range(inv.renorm)]
             # sorting token-expert pairs by expert: int32 ids in and out, padded per expert
             ops += [self.mem(f"moe_align.{j}", 4 * (2 * T * k + E)) for j in range(inv.align)]
             touched = touched_experts(E, k, T)                 # experts receiving at least one token
